@@ -1,0 +1,728 @@
+"""PyTorch gMLP and aMLP models ("Pay Attention to MLPs", Liu et al., NeurIPS 2021).
+
+Reads top to bottom as embeddings -> spatial gating unit -> block -> encoder -> pretrained base -> heads.
+Imports only torch, transformers and `configuration_gmlp`, so that a saved checkpoint loads with
+`trust_remote_code=True` where this package is not installed.
+"""
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.generation import GenerationMixin
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    CausalLMOutput,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.modeling_utils import PreTrainedModel
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_gmlp import GMLPConfig
+
+
+class GMLPEmbeddings(nn.Module):
+    """Token and token-type embeddings. No position embeddings: the spatial weights learn position."""
+
+    def __init__(self, config: GMLPConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
+        return self.dropout(inputs_embeds + self.token_type_embeddings(token_type_ids))
+
+
+class GMLPSpatialProjection(nn.Module):
+    """The spatial projection f(Z) = W Z + b of Eq. (2): mixes tokens, one (n x n) W per group of channels.
+
+    W is either dense or Toeplitz (W[i, j] = w[i - j + n - 1], 2n - 1 parameters). An input of length L <= n uses
+    the leading L x L block of W and the first L entries of b. In causal mode W is lower-triangular.
+    """
+
+    def __init__(self, config: GMLPConfig):
+        super().__init__()
+        self.max_length = config.max_position_embeddings
+        self.num_heads = config.num_sgu_heads
+        self.is_toeplitz = config.spatial_weight_type == "toeplitz"
+        self.is_causal = config.is_decoder
+        self.fft_min_length = config.spatial_fft_min_length
+        n = self.max_length
+        weight_shape = (self.num_heads, 2 * n - 1) if self.is_toeplitz else (self.num_heads, n, n)
+        self.weight = nn.Parameter(torch.empty(weight_shape))
+        self.bias = nn.Parameter(torch.empty(self.num_heads, n))
+
+    def toeplitz_kernel(self, length: int) -> torch.Tensor:
+        """The 2L - 1 Toeplitz entries the leading L x L block uses: kernel[:, d + L - 1] is W[i, i - d]."""
+        n = self.max_length
+        kernel = self.weight[:, n - length : n + length - 1]
+        if self.is_causal:
+            kernel = torch.cat([kernel.new_zeros(self.num_heads, length - 1), kernel[:, length - 1 :]], dim=-1)
+        return kernel
+
+    def matrix(self, length: int) -> torch.Tensor:
+        """The leading (length x length) block of W for every head, shape (heads, length, length)."""
+        if self.is_toeplitz:
+            # unfold turns the reversed kernel into rows of a Hankel matrix; flipping the rows gives W[i, j] =
+            # kernel[i - j + L - 1] without an index buffer.
+            return self.toeplitz_kernel(length).flip(-1).unfold(-1, length, 1).flip(-2)
+        weight = self.weight[:, :length, :length]
+        return weight.tril() if self.is_causal else weight
+
+    def forward(self, gate: torch.Tensor) -> torch.Tensor:
+        """gate: (batch, length, channels) -> (batch, length, channels), mixed along `length`."""
+        length = gate.shape[1]
+        heads = gate.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # (batch, heads, length, channels/heads)
+        if self.is_toeplitz and length >= self.fft_min_length:
+            mixed = self._toeplitz_fft_product(heads)
+        else:
+            mixed = torch.matmul(self.matrix(length).to(heads.dtype), heads)
+        mixed = mixed + self.bias[:, :length, None].to(mixed.dtype)
+        return mixed.transpose(1, 2).flatten(2)
+
+    def _toeplitz_fft_product(self, heads: torch.Tensor) -> torch.Tensor:
+        """W @ heads as a linear convolution with the Toeplitz kernel, by FFT in O(L log L)."""
+        length = heads.shape[2]
+        # Output i is entry i + L - 1 of the full convolution; a transform of size 2L keeps entries L-1..2L-2
+        # free of wrap-around.
+        size = 2 * length
+        kernel = torch.fft.rfft(self.toeplitz_kernel(length).float(), n=size)
+        signal = torch.fft.rfft(heads.float(), n=size, dim=2)
+        product = torch.fft.irfft(signal * kernel[:, :, None], n=size, dim=2)
+        return product[:, :, length - 1 : 2 * length - 1].to(heads.dtype)
+
+
+class GMLPTinyAttention(nn.Module):
+    """aMLP's tiny attention (Figure 6): one head of size `tiny_attention_size` on the normalised block input,
+    projected to the gate's width and added to the spatial projection's output."""
+
+    def __init__(self, config: GMLPConfig):
+        super().__init__()
+        self.attention_size = config.tiny_attention_size
+        self.is_causal = config.is_decoder
+        self.qkv_proj = nn.Linear(config.hidden_size, 3 * self.attention_size)
+        self.output_proj = nn.Linear(self.attention_size, config.gate_size)
+        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        query, key, value = self.qkv_proj(hidden_states).chunk(3, dim=-1)
+        scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(self.attention_size)
+        length = hidden_states.shape[1]
+        allowed = None
+        if attention_mask is not None:
+            allowed = attention_mask[:, None, :].bool()
+        if self.is_causal:
+            causal = torch.ones(length, length, dtype=torch.bool, device=scores.device).tril()
+            allowed = causal if allowed is None else allowed & causal
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        weights = scores.softmax(dim=-1)
+        attended = torch.matmul(self.dropout(weights), value)
+        return self.output_proj(attended), weights
+
+
+class GMLPSpatialGatingUnit(nn.Module):
+    """The SGU s(Z) and the variants of Table 3. With the default split variant (Eq. 3): Z1 * f(norm(Z2))."""
+
+    def __init__(self, config: GMLPConfig):
+        super().__init__()
+        self.variant = config.sgu_variant
+        self.gate_norm = nn.LayerNorm(config.gate_size, eps=config.layer_norm_eps)
+        self.spatial_proj = GMLPSpatialProjection(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        token_mask: torch.Tensor | None = None,
+        tiny_attention_output: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if self.variant == "multiplicative_split":
+            content, gate = hidden_states.chunk(2, dim=-1)
+        else:
+            content = gate = hidden_states
+        gate = self.gate_norm(gate)
+        if token_mask is not None:
+            # Zeroing padding before mixing makes real positions independent of how much padding follows.
+            gate = gate * token_mask
+        gate = self.spatial_proj(gate)
+        if tiny_attention_output is not None:
+            gate = gate + tiny_attention_output
+        if self.variant == "linear":
+            return gate
+        if self.variant == "additive":
+            return content + gate
+        return content * gate
+
+
+def drop_path(hidden_states: torch.Tensor, drop_prob: float, training: bool) -> torch.Tensor:
+    """Stochastic depth: drop a block's output for whole samples, rescaling the kept ones by 1 / survival."""
+    if drop_prob == 0.0 or not training:
+        return hidden_states
+    keep_prob = 1.0 - drop_prob
+    shape = (hidden_states.shape[0],) + (1,) * (hidden_states.ndim - 1)
+    keep = hidden_states.new_empty(shape).bernoulli_(keep_prob)
+    return hidden_states * keep / keep_prob
+
+
+class GMLPLayer(GradientCheckpointingLayer):
+    """One gMLP block (Figure 1): x + V s(GELU(U norm(x))), with aMLP's tiny attention inside the gate."""
+
+    def __init__(self, config: GMLPConfig):
+        super().__init__()
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.channel_proj_in = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.tiny_attention = GMLPTinyAttention(config) if config.tiny_attention_size > 0 else None
+        self.sgu = GMLPSpatialGatingUnit(config)
+        self.channel_proj_out = nn.Linear(config.gate_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.drop_path_rate = config.drop_path_rate
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        normed = self.norm(hidden_states)
+        tiny_attention_output = None
+        if self.tiny_attention is not None:
+            tiny_attention_output, _ = self.tiny_attention(normed, attention_mask)
+        token_mask = None if attention_mask is None else attention_mask[..., None].to(normed.dtype)
+        gated = self.sgu(self.activation(self.channel_proj_in(normed)), token_mask, tiny_attention_output)
+        block_output = self.dropout(self.channel_proj_out(gated))
+        return hidden_states + drop_path(block_output, self.drop_path_rate, self.training)
+
+
+class GMLPEncoder(nn.Module):
+    def __init__(self, config: GMLPConfig):
+        super().__init__()
+        self.layer = nn.ModuleList([GMLPLayer(config) for _ in range(config.num_hidden_layers)])
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
+        for layer_module in self.layer:
+            hidden_states = layer_module(hidden_states, attention_mask, **kwargs)
+        return hidden_states
+
+
+class GMLPPooler(nn.Module):
+    """BERT's pooler: a dense layer and tanh on the first token, for sentence-level heads."""
+
+    def __init__(self, config: GMLPConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.dense(hidden_states[:, 0]))
+
+
+class GMLPPredictionHeadTransform(nn.Module):
+    def __init__(self, config: GMLPConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.transform_act_fn = ACT2FN[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.transform_act_fn(self.dense(hidden_states)))
+
+
+class GMLPLMPredictionHead(nn.Module):
+    """BERT's language-model head; the decoder's weight is tied to the input embeddings."""
+
+    def __init__(self, config: GMLPConfig):
+        super().__init__()
+        self.transform = GMLPPredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden_states))
+
+
+class GMLPOnlyMLMHead(nn.Module):
+    def __init__(self, config: GMLPConfig):
+        super().__init__()
+        self.predictions = GMLPLMPredictionHead(config)
+
+    def forward(self, sequence_output: torch.Tensor) -> torch.Tensor:
+        return self.predictions(sequence_output)
+
+
+class GMLPPreTrainedModel(PreTrainedModel):
+    config_class = GMLPConfig
+    config: GMLPConfig
+    base_model_prefix = "gmlp"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["GMLPEmbeddings", "GMLPLayer"]
+    _can_record_outputs = {"hidden_states": GMLPLayer, "attentions": GMLPTinyAttention}
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, GMLPSpatialProjection):
+            # Section 2.1: W near zero and b = 1, so each block starts as a plain FFN.
+            bound = self.config.spatial_init_eps / self.config.max_position_embeddings
+            init.uniform_(module.weight, -bound, bound)
+            init.ones_(module.bias)
+        elif isinstance(module, GMLPLMPredictionHead):
+            init.zeros_(module.bias)
+
+
+class GMLPModel(GMLPPreTrainedModel):
+    """The bare gMLP / aMLP encoder: embeddings, L gMLP blocks and a final LayerNorm (and optionally BERT's pooler)."""
+
+    def __init__(self, config: GMLPConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = GMLPEmbeddings(config)
+        self.encoder = GMLPEncoder(config)
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.pooler = GMLPPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor] | BaseModelOutputWithPooling:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; sequence_length must
+            not exceed `config.max_position_embeddings` (the spatial size n).
+        attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 for real tokens,
+            0 for padding. Padding is zeroed before every spatial projection and masked in the tiny attention, so
+            right-padded sequences give the same outputs at their real positions as unpadded ones.
+        token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids.
+        inputs_embeds (`torch.Tensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*): token
+            embeddings to use instead of `input_ids`.
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds.")
+        input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+        self._check_input_shape(input_shape, attention_mask, token_type_ids)
+        hidden_states = self.embeddings(input_ids, token_type_ids, inputs_embeds)
+        hidden_states = self.encoder(hidden_states, attention_mask, **kwargs)
+        sequence_output = self.final_norm(hidden_states)
+        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
+
+    def _check_input_shape(self, input_shape, attention_mask, token_type_ids):
+        """Clear errors for inputs the spatial weights cannot take, before they fail deep inside torch."""
+        if len(input_shape) != 2:
+            raise ValueError(f"Expected inputs of shape (batch_size, sequence_length), got {tuple(input_shape)}.")
+        length, max_length = input_shape[1], self.config.max_position_embeddings
+        if length > max_length:
+            raise ValueError(
+                f"Input sequence length {length} exceeds this model's maximum sequence length {max_length} "
+                f"(`max_position_embeddings`, the size n of the spatial weights). Truncate the inputs to {max_length} "
+                f"tokens (e.g. `tokenizer(..., truncation=True, max_length={max_length})`) or use a model configured "
+                f"with a larger `max_position_embeddings`."
+            )
+        if length < 1:
+            raise ValueError("Input sequences must contain at least one token.")
+        for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if tensor is not None and tuple(tensor.shape) != tuple(input_shape):
+                raise ValueError(
+                    f"`{name}` has shape {tuple(tensor.shape)} but the inputs have shape {tuple(input_shape)}; "
+                    "they must match."
+                )
+
+
+def check_labels(labels: torch.Tensor, num_classes: int, name: str = "labels") -> None:
+    """Raise a clear error for class labels outside [0, num_classes) (-100, the ignore index, is allowed)."""
+    valid = (labels == -100) | ((labels >= 0) & (labels < num_classes))
+    if not bool(valid.all()):
+        bad = labels[~valid][0].item()
+        raise ValueError(
+            f"{name} must be in [0, {num_classes - 1}] (or -100 to ignore a position), got {bad}. Check that the "
+            f"labels are mapped to ids and that the model has the right `num_labels`/`vocab_size`."
+        )
+
+
+class GMLPForMaskedLM(GMLPPreTrainedModel):
+    """gMLP with BERT's masked-language-model head (the decoder tied to the input embeddings).
+
+    Opt-in speed-up for MLM training: with `config.sparse_prediction = True` (as in ModernBERT; off by default)
+    and `labels` given, the vocabulary projection runs only at labelled positions. The loss is unchanged, but
+    `logits` then has shape `(number of labelled positions, vocab_size)` instead of `(batch_size, sequence_length,
+    vocab_size)`. With 15% of positions labelled this skips most of the step's largest matmul.
+    """
+
+    _tied_weights_keys = {
+        "cls.predictions.decoder.weight": "gmlp.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+    }
+
+    def __init__(self, config: GMLPConfig):
+        super().__init__(config)
+        self.gmlp = GMLPModel(config, add_pooling_layer=False)
+        self.cls = GMLPOnlyMLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.cls.predictions.decoder = new_embeddings
+        self.cls.predictions.bias = new_embeddings.bias
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor] | MaskedLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): target token ids for the
+            masked positions, -100 elsewhere.
+        """
+        outputs = self.gmlp(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        sequence_output = outputs.last_hidden_state
+        if labels is not None:
+            check_labels(labels, self.config.vocab_size)
+            if getattr(self.config, "sparse_prediction", False):
+                labelled = labels != -100
+                sequence_output, labels = sequence_output[labelled], labels[labelled]
+        prediction_scores = self.cls(sequence_output)
+        loss = None
+        if labels is not None:
+            loss = CrossEntropyLoss()(prediction_scores.view(-1, self.config.vocab_size), labels.view(-1))
+        return MaskedLMOutput(
+            loss=loss, logits=prediction_scores, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
+    """gMLP with causal spatial weights (and causal tiny attention) for left-to-right language modelling.
+
+    gMLP keeps no key/value cache: each generation step runs the whole prefix, which must fit in n tokens.
+    """
+
+    _tied_weights_keys = {
+        "cls.predictions.decoder.weight": "gmlp.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+    }
+
+    def __init__(self, config: GMLPConfig):
+        super().__init__(config)
+        if not config.is_decoder:
+            raise ValueError(
+                "GMLPForCausalLM needs causal spatial weights: build its config with `is_decoder=True`, e.g. "
+                "`GMLPConfig.from_preset('gmlp-tiny', is_decoder=True)`."
+            )
+        self.gmlp = GMLPModel(config, add_pooling_layer=False)
+        self.cls = GMLPOnlyMLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.cls.predictions.decoder = new_embeddings
+        self.cls.predictions.bias = new_embeddings.bias
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False
+
+    def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, past_key_values=None, **kwargs):
+        # No cache, so every step must see the whole prefix rather than only the newest token.
+        kwargs.pop("use_cache", None)
+        return super().prepare_inputs_for_generation(input_ids, next_sequence_length=None, **kwargs)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> tuple[torch.Tensor] | CausalLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): the input ids (shifted
+            inside the loss), -100 where no loss is wanted.
+        logits_to_keep (`int` or `torch.Tensor`, *optional*): compute logits only for the last `logits_to_keep`
+            positions (0 keeps all), or for the given position indices.
+        """
+        for unused in ("past_key_values", "use_cache", "cache_position", "position_ids"):
+            kwargs.pop(unused, None)
+        outputs = self.gmlp(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        positions = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.cls(hidden_states[:, positions])
+        loss = None
+        if labels is not None:
+            check_labels(labels, self.config.vocab_size)
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+def sequence_classification_loss(config: GMLPConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """BERT's loss choice: regression for one label, cross-entropy for class ids, BCE for multi-hot labels."""
+    num_labels = config.num_labels
+    if config.problem_type is None:
+        if num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    if config.problem_type == "regression":
+        return MSELoss()(logits.squeeze(), labels.squeeze().to(logits.dtype)) if num_labels == 1 else MSELoss()(
+            logits, labels
+        )
+    if config.problem_type == "single_label_classification":
+        check_labels(labels, num_labels)
+        return CrossEntropyLoss()(logits.view(-1, num_labels), labels.view(-1))
+    return BCEWithLogitsLoss()(logits, labels.to(logits.dtype))
+
+
+class GMLPForSequenceClassification(GMLPPreTrainedModel):
+    """A linear classifier (or regressor) on the pooled first token, e.g. for GLUE."""
+
+    def __init__(self, config: GMLPConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.gmlp = GMLPModel(config)
+        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor] | SequenceClassifierOutput:
+        r"""
+        labels (`torch.Tensor` of shape `(batch_size,)` or `(batch_size, num_labels)`, *optional*): class ids,
+            regression targets (`num_labels == 1`) or multi-hot float targets.
+        """
+        outputs = self.gmlp(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output))
+        loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class GMLPForMultipleChoice(GMLPPreTrainedModel):
+    """Scores each of several choices with the pooled first token and a shared linear layer."""
+
+    def __init__(self, config: GMLPConfig):
+        super().__init__(config)
+        self.gmlp = GMLPModel(config)
+        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor] | MultipleChoiceModelOutput:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`): one sequence per choice.
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): index of the right choice.
+        """
+        num_choices = input_ids.shape[1] if input_ids is not None else inputs_embeds.shape[1]
+
+        def flatten_choices(tensor):
+            return None if tensor is None else tensor.flatten(0, 1)
+
+        outputs = self.gmlp(
+            flatten_choices(input_ids),
+            attention_mask=flatten_choices(attention_mask),
+            token_type_ids=flatten_choices(token_type_ids),
+            inputs_embeds=flatten_choices(inputs_embeds),
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
+        loss = None
+        if labels is not None:
+            check_labels(labels, num_choices)
+            loss = CrossEntropyLoss()(logits, labels)
+        return MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class GMLPForTokenClassification(GMLPPreTrainedModel):
+    """A linear classifier on every token, e.g. for named-entity recognition."""
+
+    def __init__(self, config: GMLPConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.gmlp = GMLPModel(config, add_pooling_layer=False)
+        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor] | TokenClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): class id per token, -100
+            where no loss is wanted.
+        """
+        outputs = self.gmlp(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = None
+        if labels is not None:
+            check_labels(labels, self.num_labels)
+            loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class GMLPForQuestionAnswering(GMLPPreTrainedModel):
+    """Extractive question answering (SQuAD): start and end logits for every token."""
+
+    def __init__(self, config: GMLPConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.gmlp = GMLPModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor] | QuestionAnsweringModelOutput:
+        r"""
+        start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*): token index of
+            the answer's first and last token; positions outside the sequence are clamped and ignored, as in BERT.
+        """
+        outputs = self.gmlp(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            ignored_index = start_logits.size(1)
+            loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
+            start_loss = loss_fct(start_logits, start_positions.view(-1).clamp(0, ignored_index))
+            end_loss = loss_fct(end_logits, end_positions.view(-1).clamp(0, ignored_index))
+            loss = (start_loss + end_loss) / 2
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits.contiguous(),
+            end_logits=end_logits.contiguous(),
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+def classifier_dropout(config: GMLPConfig) -> float:
+    return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+
+
+__all__ = [
+    "GMLPForCausalLM",
+    "GMLPForMaskedLM",
+    "GMLPForMultipleChoice",
+    "GMLPForQuestionAnswering",
+    "GMLPForSequenceClassification",
+    "GMLPForTokenClassification",
+    "GMLPModel",
+    "GMLPPreTrainedModel",
+]

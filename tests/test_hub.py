@@ -1,0 +1,180 @@
+"""Saving, loading and sharing: safetensors, Auto classes, and remote code where the gmlp package is absent."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    BertTokenizer,
+    DataCollatorForLanguageModeling,
+    Trainer,
+    TrainingArguments,
+)
+
+from gmlp import (
+    GMLPConfig,
+    GMLPForCausalLM,
+    GMLPForMaskedLM,
+    GMLPForMultipleChoice,
+    GMLPForQuestionAnswering,
+    GMLPForSequenceClassification,
+    GMLPForTokenClassification,
+    GMLPModel,
+)
+
+
+def small_config(**overrides):
+    settings = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        max_position_embeddings=16,
+        spatial_init_eps=16.0,
+        tiny_attention_size=8,
+        num_labels=3,
+    )
+    settings.update(overrides)
+    return GMLPConfig(**settings)
+
+
+AUTO_CLASSES = [
+    (AutoModel, GMLPModel, {}),
+    (AutoModelForMaskedLM, GMLPForMaskedLM, {}),
+    (AutoModelForCausalLM, GMLPForCausalLM, {"is_decoder": True}),
+    (AutoModelForSequenceClassification, GMLPForSequenceClassification, {}),
+    (AutoModelForMultipleChoice, GMLPForMultipleChoice, {}),
+    (AutoModelForTokenClassification, GMLPForTokenClassification, {}),
+    (AutoModelForQuestionAnswering, GMLPForQuestionAnswering, {}),
+]
+
+
+def first_output(outputs):
+    return outputs.logits if hasattr(outputs, "logits") else outputs.start_logits if hasattr(
+        outputs, "start_logits"
+    ) else outputs.last_hidden_state
+
+
+def example_inputs(model_class):
+    ids = torch.randint(5, 64, (2, 10), generator=torch.Generator().manual_seed(0))
+    return ids.view(2, 1, 10).expand(2, 3, 10) if model_class is GMLPForMultipleChoice else ids
+
+
+@pytest.mark.parametrize("auto_class, model_class, overrides", AUTO_CLASSES)
+def test_auto_classes_build_and_reload_every_head(tmp_path, auto_class, model_class, overrides):
+    model = auto_class.from_config(small_config(**overrides)).eval()
+    assert type(model) is model_class
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists()
+    assert not list(tmp_path.glob("*.bin"))
+    reloaded = auto_class.from_pretrained(tmp_path).eval()
+    assert type(reloaded) is model_class
+    inputs = example_inputs(model_class)
+    with torch.no_grad():
+        torch.testing.assert_close(first_output(reloaded(inputs)), first_output(model(inputs)), rtol=1e-6, atol=1e-6)
+
+
+def test_saved_directory_carries_auto_map_and_code_files(tmp_path):
+    GMLPForMaskedLM(small_config()).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "gmlp"
+    assert config["auto_map"]["AutoConfig"] == "configuration_gmlp.GMLPConfig"
+    for auto_class, model_class, _ in AUTO_CLASSES:
+        assert config["auto_map"][auto_class.__name__] == f"modeling_gmlp.{model_class.__name__}"
+    assert (tmp_path / "modeling_gmlp.py").exists() and (tmp_path / "configuration_gmlp.py").exists()
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), GMLPConfig)
+
+
+REMOTE_LOAD = textwrap.dedent(
+    """
+    import sys, torch
+    sys.modules["gmlp"] = None  # any `import gmlp` now fails: the package is not there
+    try:
+        import gmlp
+    except ImportError:
+        pass
+    else:
+        raise SystemExit("gmlp is still importable")
+    import transformers
+    directory, auto_name, inputs_path, outputs_path = sys.argv[1:]
+    auto_class = getattr(transformers, auto_name)
+    model = auto_class.from_pretrained(directory, trust_remote_code=True).eval()
+    assert not type(model).__module__.startswith("gmlp"), type(model).__module__
+    inputs = torch.load(inputs_path)
+    with torch.no_grad():
+        outputs = model(inputs)
+    result = outputs.logits if hasattr(outputs, "logits") else outputs.last_hidden_state
+    torch.save({"result": result, "module": type(model).__module__, "name": type(model).__name__}, outputs_path)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "auto_class, model_class",
+    [(AutoModelForMaskedLM, GMLPForMaskedLM), (AutoModel, GMLPModel), (AutoModelForSequenceClassification, None)],
+)
+def test_remote_code_loads_without_the_package_and_gives_identical_outputs(tmp_path, auto_class, model_class):
+    masked_lm = GMLPForMaskedLM(small_config()).eval()
+    masked_lm.save_pretrained(tmp_path / "checkpoint")
+    inputs = example_inputs(GMLPForMaskedLM)
+    torch.save(inputs, tmp_path / "inputs.pt")
+    script = tmp_path / "load.py"
+    script.write_text(REMOTE_LOAD)
+    # Run from an empty directory with a clean environment, so neither the cwd nor PYTHONPATH can provide gmlp.
+    run = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "checkpoint"), auto_class.__name__, str(tmp_path / "inputs.pt"),
+         str(tmp_path / "outputs.pt")],
+        cwd=tmp_path,
+        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    remote = torch.load(tmp_path / "outputs.pt")
+    assert remote["module"].startswith("transformers_modules")
+    if model_class is None:  # a new head on the saved encoder: only the class is checked
+        assert remote["name"] == "GMLPForSequenceClassification"
+        return
+    local = model_class.from_pretrained(tmp_path / "checkpoint").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(remote["result"], first_output(local(inputs)), rtol=1e-6, atol=1e-6)
+
+
+def test_trainer_trains_a_preset_model_that_then_loads_elsewhere(tmp_path):
+    """The new user's path: from_config on a preset, a Trainer step, save, load with trust_remote_code."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]
+    tokenizer = BertTokenizer(vocab={word: i for i, word in enumerate(words)})
+    config = GMLPConfig.from_preset("gmlp-tiny", vocab_size=len(words), num_hidden_layers=2, hidden_size=32,
+                                    intermediate_size=64)
+    model = AutoModelForMaskedLM.from_config(config)
+    texts = [" ".join(f"w{(i * 7 + j) % 59}" for j in range(12)) for i in range(32)]
+    dataset = Dataset.from_dict({"text": texts}).map(
+        lambda batch: tokenizer(batch["text"], truncation=True, max_length=16), batched=True, remove_columns=["text"]
+    )
+    before = model.gmlp.encoder.layer[0].channel_proj_in.weight.detach().clone()
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=8, report_to=[], use_cpu=True,
+        save_strategy="no", learning_rate=1e-3,
+    )
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    result = Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator).train()
+    assert result.global_step == 2 and torch.isfinite(torch.tensor(result.training_loss))
+    assert not torch.equal(before, model.gmlp.encoder.layer[0].channel_proj_in.weight)
+    model.save_pretrained(tmp_path / "saved")
+    reloaded = AutoModelForMaskedLM.from_pretrained(tmp_path / "saved", trust_remote_code=True)
+    torch.testing.assert_close(
+        reloaded.gmlp.encoder.layer[0].channel_proj_in.weight, model.gmlp.encoder.layer[0].channel_proj_in.weight
+    )

@@ -1,0 +1,575 @@
+"""Behaviour of the gMLP / aMLP models: the paper's block, sequence handling, heads and the Hugging Face contract."""
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from gmlp import (
+    PRESETS,
+    GMLPConfig,
+    GMLPForCausalLM,
+    GMLPForMaskedLM,
+    GMLPForMultipleChoice,
+    GMLPForQuestionAnswering,
+    GMLPForSequenceClassification,
+    GMLPForTokenClassification,
+    GMLPModel,
+)
+from gmlp.modeling_gmlp import GMLPSpatialGatingUnit, GMLPSpatialProjection, drop_path
+
+
+def tiny_config(**overrides) -> GMLPConfig:
+    """A model small enough to run hundreds of times in a test, with dropout off so outputs are deterministic."""
+    settings = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        max_position_embeddings=16,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        # A visible spatial init, so that token mixing actually happens in the tests.
+        spatial_init_eps=16.0,
+    )
+    settings.update(overrides)
+    return GMLPConfig(**settings)
+
+
+def random_ids(batch=2, length=10, vocab=64, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(5, vocab, (batch, length), generator=generator)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+# --- Configuration and presets -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, overrides, millions",
+    [
+        # Table 5 (full BERT setup, n = 512, 32k vocabulary).
+        ("gmlp-base", {}, 130),
+        ("gmlp-large", {}, 365),
+        ("gmlp-xlarge", {}, 941),
+        ("amlp-base", {}, 109),
+        ("amlp-large", {}, 316),
+        # Table 4: gmlp-base at depths 18 / 36 / 72 / 144 with n = 128.
+        ("gmlp-base", {"num_hidden_layers": 18, "max_position_embeddings": 128}, 59),
+        ("gmlp-base", {"num_hidden_layers": 36, "max_position_embeddings": 128}, 102),
+        ("gmlp-base", {"num_hidden_layers": 72, "max_position_embeddings": 128}, 187),
+        ("gmlp-base", {"num_hidden_layers": 144, "max_position_embeddings": 128}, 357),
+    ],
+)
+def test_preset_parameter_counts_reproduce_the_paper(name, overrides, millions):
+    config = GMLPConfig.from_preset(name, **overrides)
+    with torch.device("meta"):
+        model = GMLPModel(config, add_pooling_layer=False)
+    assert round(model.num_parameters() / 1e6) == millions
+    assert config.spatial_weight_type == "toeplitz"
+
+
+def test_paper_presets_use_the_papers_sizes():
+    base = GMLPConfig.from_preset("gmlp-base")
+    assert (base.vocab_size, base.max_position_embeddings, base.hidden_size, base.intermediate_size) == (
+        32000,
+        512,
+        512,
+        3072,
+    )
+    assert GMLPConfig.from_preset("amlp-base").tiny_attention_size == 64
+    assert GMLPConfig.from_preset("amlp-large").tiny_attention_size == 128
+    assert GMLPConfig.from_preset("gmlp-base").tiny_attention_size == 0
+    assert set(PRESETS) >= {"gmlp-base", "gmlp-large", "gmlp-xlarge", "amlp-base", "amlp-large", "gmlp-tiny", "amlp-tiny"}
+
+
+@pytest.mark.parametrize("name", ["gmlp-tiny", "amlp-tiny"])
+def test_tiny_presets_have_a_few_million_parameters(name):
+    model = GMLPForMaskedLM(GMLPConfig.from_preset(name))
+    assert 1e6 < model.num_parameters() < 5e6
+
+
+def test_from_preset_applies_overrides_and_rejects_unknown_names():
+    config = GMLPConfig.from_preset("gmlp-tiny", num_hidden_layers=3, sgu_variant="additive")
+    assert (config.num_hidden_layers, config.sgu_variant, config.hidden_size) == (3, "additive", 128)
+    with pytest.raises(ValueError, match="Unknown gMLP preset 'gmlp-huge'.*gmlp-base"):
+        GMLPConfig.from_preset("gmlp-huge")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"intermediate_size": 47}, "must be even"),
+        ({"num_sgu_heads": 5}, "must divide"),
+        ({"max_position_embeddings": 0}, "spatial size n"),
+        ({"sgu_variant": "quadratic"}, "Unknown `sgu_variant`"),
+        ({"spatial_weight_type": "circulant"}, "Unknown `spatial_weight_type`"),
+        ({"tiny_attention_size": -1}, "tiny_attention_size"),
+        ({"drop_path_rate": 1.0}, "drop_path_rate"),
+    ],
+)
+def test_invalid_config_values_fail_at_construction(overrides, message):
+    with pytest.raises(Exception, match=message):
+        tiny_config(**overrides)
+
+
+def test_config_round_trips_through_json(tmp_path):
+    config = tiny_config(tiny_attention_size=8, sgu_variant="additive", num_sgu_heads=2, is_decoder=True)
+    config.save_pretrained(tmp_path)
+    loaded = GMLPConfig.from_pretrained(tmp_path)
+    assert loaded.to_dict() == config.to_dict()
+    assert loaded.auto_map["AutoModelForMaskedLM"] == "modeling_gmlp.GMLPForMaskedLM"
+
+
+# --- The spatial projection -------------------------------------------------------------------------------------
+
+
+def spatial_projection(**overrides) -> GMLPSpatialProjection:
+    projection = GMLPSpatialProjection(tiny_config(**overrides))
+    with torch.no_grad():
+        projection.weight.normal_()
+        projection.bias.normal_()
+    return projection
+
+
+def test_toeplitz_matrix_is_toeplitz_and_its_leading_block_is_shared():
+    projection = spatial_projection()
+    n = projection.max_length
+    full = projection.matrix(n)[0]
+    w = projection.weight[0]
+    for i in range(n):
+        for j in range(n):
+            assert full[i, j] == w[i - j + n - 1]
+    assert torch.equal(projection.matrix(5)[0], full[:5, :5])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_toeplitz_projection_equals_the_equivalent_dense_matrix(causal, heads):
+    toeplitz = spatial_projection(is_decoder=causal, num_sgu_heads=heads)
+    dense = spatial_projection(is_decoder=causal, num_sgu_heads=heads, spatial_weight_type="dense")
+    with torch.no_grad():
+        dense.weight.copy_(toeplitz.matrix(toeplitz.max_length))
+        dense.bias.copy_(toeplitz.bias)
+    gate = torch.randn(3, 11, 24)
+    torch.testing.assert_close(toeplitz(gate), dense(gate))
+
+
+def test_shorter_inputs_use_the_leading_block_of_w_and_b():
+    projection = spatial_projection(spatial_weight_type="dense", num_sgu_heads=2)
+    gate = torch.randn(2, 7, 24)
+    expected = []
+    for head, channels in enumerate(gate.split(12, dim=-1)):
+        weight, bias = projection.weight[head, :7, :7], projection.bias[head, :7]
+        expected.append(torch.einsum("ij,bjc->bic", weight, channels) + bias[:, None])
+    torch.testing.assert_close(projection(gate), torch.cat(expected, dim=-1))
+
+
+def test_causal_dense_projection_is_lower_triangular():
+    projection = spatial_projection(spatial_weight_type="dense", is_decoder=True)
+    matrix = projection.matrix(9)[0]
+    assert torch.equal(matrix, matrix.tril())
+    assert torch.equal(matrix, projection.weight[0, :9, :9].tril())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("length", [1, 5, 16])
+def test_fft_toeplitz_product_agrees_with_the_direct_one(causal, length):
+    projection = spatial_projection(is_decoder=causal, num_sgu_heads=2)
+    gate = torch.randn(2, length, 24, requires_grad=True)
+    direct = projection(gate)
+    direct_grads = torch.autograd.grad(direct.square().sum(), [gate, projection.weight, projection.bias])
+    projection.fft_min_length = 1  # every length now takes the FFT path
+    via_fft = projection(gate)
+    fft_grads = torch.autograd.grad(via_fft.square().sum(), [gate, projection.weight, projection.bias])
+    torch.testing.assert_close(via_fft, direct, atol=1e-4, rtol=1e-4)
+    for fft_grad, direct_grad in zip(fft_grads, direct_grads):
+        torch.testing.assert_close(fft_grad, direct_grad, atol=1e-3, rtol=1e-4)
+
+
+def test_fft_path_is_chosen_automatically_for_long_toeplitz_inputs(monkeypatch):
+    projection = spatial_projection(max_position_embeddings=64, spatial_fft_min_length=32)
+    calls = []
+    original = GMLPSpatialProjection._toeplitz_fft_product
+    monkeypatch.setattr(
+        GMLPSpatialProjection, "_toeplitz_fft_product", lambda self, heads: calls.append(1) or original(self, heads)
+    )
+    projection(torch.randn(1, 31, 24))
+    assert calls == []
+    projection(torch.randn(1, 32, 24))
+    assert calls == [1]
+
+
+# --- The spatial gating unit, the block and its init ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["multiplicative_split", "multiplicative", "additive", "linear"])
+def test_sgu_variants_compute_table_3s_formulas(variant):
+    config = tiny_config(sgu_variant=variant)
+    sgu = GMLPSpatialGatingUnit(config)
+    with torch.no_grad():
+        sgu.spatial_proj.weight.normal_()
+        sgu.gate_norm.weight.normal_()
+    z = torch.randn(2, 6, config.intermediate_size)
+
+    def f(gate):
+        return sgu.spatial_proj(F.layer_norm(gate, gate.shape[-1:], sgu.gate_norm.weight, sgu.gate_norm.bias, 1e-5))
+
+    expected = {
+        "multiplicative_split": lambda: z[..., :24] * f(z[..., 24:]),
+        "multiplicative": lambda: z * f(z),
+        "additive": lambda: z + f(z),
+        "linear": lambda: f(z),
+    }[variant]()
+    torch.testing.assert_close(sgu(z), expected)
+    assert sgu(z).shape[-1] == config.gate_size
+
+
+@pytest.mark.parametrize("model_class", [GMLPForMaskedLM, GMLPModel])
+def test_init_makes_every_block_a_plain_ffn(model_class):
+    config = GMLPConfig.from_preset("gmlp-tiny")
+    model = model_class(config)
+    bound = config.spatial_init_eps / config.max_position_embeddings
+    projections = [module for module in model.modules() if isinstance(module, GMLPSpatialProjection)]
+    assert len(projections) == config.num_hidden_layers
+    for projection in projections:
+        assert projection.weight.abs().max() <= bound
+        assert projection.weight.std() > bound / 10  # uniform, not zero
+        assert torch.equal(projection.bias, torch.ones_like(projection.bias))
+
+
+def test_at_init_the_gate_is_nearly_one_so_tokens_do_not_mix():
+    config = GMLPConfig.from_preset("gmlp-tiny", hidden_dropout_prob=0.0)
+    model = GMLPModel(config).eval()
+    ids = random_ids(1, 12, config.vocab_size)
+    changed = ids.clone()
+    changed[0, -1] = (changed[0, -1] + 1) % config.vocab_size
+    with torch.no_grad():
+        first = model(ids).last_hidden_state[0, :-1]
+        second = model(changed).last_hidden_state[0, :-1]
+    # A token influences the others only through W, which starts at +-1e-3 / n.
+    assert (first - second).abs().max() < 1e-3
+
+
+def test_partial_checkpoint_and_meta_init_give_the_papers_spatial_init(tmp_path):
+    config = GMLPConfig.from_preset("gmlp-tiny")
+    GMLPModel(config).save_pretrained(tmp_path / "base")
+    # Loading a base checkpoint into a head model initialises only the head; the spatial weights are loaded.
+    model = GMLPForSequenceClassification.from_pretrained(tmp_path / "base", num_labels=3)
+    reference = GMLPModel.from_pretrained(tmp_path / "base")
+    torch.testing.assert_close(
+        model.gmlp.encoder.layer[0].sgu.spatial_proj.weight, reference.encoder.layer[0].sgu.spatial_proj.weight
+    )
+    # A checkpoint without the spatial weights gets the paper's init for them.
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(tmp_path / "base" / "model.safetensors")
+    state = {key: value for key, value in state.items() if "spatial_proj" not in key}
+    save_file(state, tmp_path / "base" / "model.safetensors", metadata={"format": "pt"})
+    partial = GMLPModel.from_pretrained(tmp_path / "base")
+    bound = config.spatial_init_eps / config.max_position_embeddings
+    for layer in partial.encoder.layer:
+        assert layer.sgu.spatial_proj.weight.abs().max() <= bound
+        assert torch.equal(layer.sgu.spatial_proj.bias, torch.ones_like(layer.sgu.spatial_proj.bias))
+
+
+def test_drop_path_drops_whole_samples_and_rescales():
+    hidden = torch.ones(4000, 3, 2)
+    dropped = drop_path(hidden, 0.25, training=True)
+    per_sample = dropped[:, 0, 0]
+    assert set(per_sample.unique().tolist()) == {0.0, torch.tensor(1 / 0.75).item()}
+    assert torch.equal(dropped, per_sample[:, None, None].expand_as(dropped))
+    assert abs(dropped.mean().item() - 1.0) < 0.05
+    assert torch.equal(drop_path(hidden, 0.25, training=False), hidden)
+
+
+# --- Sequence handling ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tiny_attention_size", [0, 8])
+@pytest.mark.parametrize("weight_type", ["toeplitz", "dense"])
+def test_right_padding_does_not_change_real_positions(tiny_attention_size, weight_type):
+    config = tiny_config(tiny_attention_size=tiny_attention_size, spatial_weight_type=weight_type)
+    model = GMLPForMaskedLM(config).eval()
+    lengths = [7, 12]
+    ids = random_ids(2, 12, config.vocab_size)
+    mask = torch.zeros(2, 12, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+    padded_ids = ids.masked_fill(mask == 0, config.pad_token_id)
+    with torch.no_grad():
+        batched = model(padded_ids, attention_mask=mask).logits
+        for row, length in enumerate(lengths):
+            alone = model(ids[row : row + 1, :length]).logits[0]
+            torch.testing.assert_close(batched[row, :length], alone, atol=1e-5, rtol=1e-5)
+    # Without the mask the padding does leak into real positions: the mask is what makes them equal.
+    with torch.no_grad():
+        unmasked = model(padded_ids).logits[0, :7]
+        alone = model(ids[:1, :7]).logits[0]
+    assert not torch.allclose(unmasked, alone, atol=1e-5)
+
+
+@pytest.mark.parametrize("tiny_attention_size", [0, 8])
+@pytest.mark.parametrize("weight_type", ["toeplitz", "dense"])
+def test_causal_outputs_do_not_depend_on_later_tokens(tiny_attention_size, weight_type):
+    config = tiny_config(is_decoder=True, tiny_attention_size=tiny_attention_size, spatial_weight_type=weight_type)
+    model = GMLPForCausalLM(config).eval()
+    ids = random_ids(1, 12, config.vocab_size)
+    changed = ids.clone()
+    changed[0, 6:] = random_ids(1, 6, config.vocab_size, seed=1)
+    with torch.no_grad():
+        first, second = model(ids).logits, model(changed).logits
+    torch.testing.assert_close(first[0, :6], second[0, :6])
+    assert not torch.allclose(first[0, 6:], second[0, 6:])
+
+
+def test_bidirectional_outputs_do_depend_on_later_tokens():
+    model = GMLPModel(tiny_config()).eval()
+    ids = random_ids(1, 12)
+    changed = ids.clone()
+    changed[0, -1] = 5 if ids[0, -1] != 5 else 6
+    with torch.no_grad():
+        assert not torch.allclose(model(ids).last_hidden_state[0, 0], model(changed).last_hidden_state[0, 0])
+
+
+def test_too_long_input_names_both_lengths():
+    model = GMLPModel(tiny_config())
+    with pytest.raises(ValueError, match=r"length 17 exceeds .* maximum sequence length 16"):
+        model(random_ids(1, 17))
+
+
+def test_mismatched_attention_mask_is_a_clear_error():
+    model = GMLPModel(tiny_config())
+    with pytest.raises(ValueError, match="attention_mask"):
+        model(random_ids(2, 8), attention_mask=torch.ones(2, 9, dtype=torch.long))
+
+
+def test_batched_equals_single_and_inputs_embeds_equal_input_ids():
+    model = GMLPModel(tiny_config(tiny_attention_size=8)).eval()
+    ids = random_ids(3, 9)
+    with torch.no_grad():
+        batched = model(ids).last_hidden_state
+        for row in range(3):
+            torch.testing.assert_close(batched[row], model(ids[row : row + 1]).last_hidden_state[0])
+        embeds = model.get_input_embeddings()(ids)
+        torch.testing.assert_close(model(inputs_embeds=embeds).last_hidden_state, batched)
+    with pytest.raises(ValueError, match="exactly one of input_ids or inputs_embeds"):
+        model(ids, inputs_embeds=embeds)
+
+
+def test_token_type_ids_change_the_output():
+    model = GMLPModel(tiny_config()).eval()
+    ids = random_ids(1, 8)
+    types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
+    with torch.no_grad():
+        assert not torch.allclose(model(ids).last_hidden_state, model(ids, token_type_ids=types).last_hidden_state)
+
+
+# --- Outputs, heads and losses -------------------------------------------------------------------------------
+
+
+def test_hidden_states_attentions_and_tuple_outputs():
+    config = tiny_config(tiny_attention_size=8, num_hidden_layers=3)
+    model = GMLPModel(config).eval()
+    ids = random_ids(2, 9)
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[1, 6:] = 0
+    with torch.no_grad():
+        outputs = model(ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+        as_tuple = model(ids, attention_mask=mask, return_dict=False)
+    assert len(outputs.hidden_states) == config.num_hidden_layers + 1
+    torch.testing.assert_close(outputs.hidden_states[0], model.embeddings(ids))
+    assert len(outputs.attentions) == config.num_hidden_layers
+    for weights in outputs.attentions:
+        assert weights.shape == (2, 9, 9)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, 9))
+        assert weights[1, :, 6:].abs().max() == 0  # padded keys get no weight
+    assert isinstance(as_tuple, tuple)
+    torch.testing.assert_close(as_tuple[0], outputs.last_hidden_state)
+    torch.testing.assert_close(as_tuple[1], outputs.pooler_output)
+
+
+def test_gmlp_without_tiny_attention_returns_no_attentions():
+    outputs = GMLPModel(tiny_config())(random_ids(1, 5), output_attentions=True)
+    assert not outputs.attentions
+
+
+def test_masked_lm_head_is_tied_and_its_loss_is_cross_entropy():
+    config = tiny_config()
+    model = GMLPForMaskedLM(config).eval()
+    assert model.cls.predictions.decoder.weight is model.gmlp.embeddings.word_embeddings.weight
+    ids = random_ids(2, 8)
+    labels = torch.full_like(ids, -100)
+    labels[:, 2] = ids[:, 2]
+    outputs = model(ids, labels=labels)
+    assert outputs.logits.shape == (2, 8, config.vocab_size)
+    torch.testing.assert_close(outputs.loss, F.cross_entropy(outputs.logits[:, 2], ids[:, 2]))
+
+
+def test_label_out_of_range_is_a_clear_error():
+    model = GMLPForMaskedLM(tiny_config())
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 63\].*got 64"):
+        model(random_ids(1, 4), labels=torch.tensor([[1, 2, 64, -100]]))
+    classifier = GMLPForSequenceClassification(tiny_config(num_labels=3))
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 2\].*got 3"):
+        classifier(random_ids(2, 4), labels=torch.tensor([0, 3]))
+
+
+def test_sequence_classification_losses_follow_bert():
+    ids = random_ids(4, 6)
+    regression = GMLPForSequenceClassification(tiny_config(num_labels=1)).eval()
+    targets = torch.tensor([0.5, 1.0, 2.0, 3.5])
+    out = regression(ids, labels=targets)
+    torch.testing.assert_close(out.loss, F.mse_loss(out.logits.squeeze(-1), targets))
+    assert regression.config.problem_type == "regression"
+
+    single = GMLPForSequenceClassification(tiny_config(num_labels=3)).eval()
+    classes = torch.tensor([0, 2, 1, 2])
+    out = single(ids, labels=classes)
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits, classes))
+
+    multi = GMLPForSequenceClassification(tiny_config(num_labels=3)).eval()
+    multi_hot = torch.tensor([[1, 0, 1], [0, 0, 0], [1, 1, 1], [0, 1, 0]], dtype=torch.float)
+    out = multi(ids, labels=multi_hot)
+    torch.testing.assert_close(out.loss, F.binary_cross_entropy_with_logits(out.logits, multi_hot))
+    assert multi.config.problem_type == "multi_label_classification"
+
+
+def test_token_classification_question_answering_and_multiple_choice_heads():
+    ids = random_ids(2, 8)
+    tokens = GMLPForTokenClassification(tiny_config(num_labels=5)).eval()
+    labels = torch.randint(0, 5, (2, 8))
+    out = tokens(ids, labels=labels)
+    assert out.logits.shape == (2, 8, 5)
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits.reshape(-1, 5), labels.reshape(-1)))
+
+    qa = GMLPForQuestionAnswering(tiny_config()).eval()
+    start, end = torch.tensor([1, 3]), torch.tensor([2, 6])
+    out = qa(ids, start_positions=start, end_positions=end)
+    assert out.start_logits.shape == out.end_logits.shape == (2, 8)
+    expected = (F.cross_entropy(out.start_logits, start) + F.cross_entropy(out.end_logits, end)) / 2
+    torch.testing.assert_close(out.loss, expected)
+
+    choice = GMLPForMultipleChoice(tiny_config()).eval()
+    choices = random_ids(6, 8).view(2, 3, 8)
+    out = choice(choices, labels=torch.tensor([0, 2]))
+    assert out.logits.shape == (2, 3)
+    with torch.no_grad():
+        single = choice(choices[1:, 1:2]).logits
+    torch.testing.assert_close(single[0, 0], out.logits[1, 1])
+
+
+def test_every_parameter_of_every_head_receives_a_gradient():
+    config = tiny_config(tiny_attention_size=8, num_labels=3)
+    ids = random_ids(2, 8)
+    cases = [
+        (GMLPForMaskedLM, {"labels": ids}),
+        (GMLPForSequenceClassification, {"labels": torch.tensor([0, 2])}),
+        (GMLPForTokenClassification, {"labels": torch.randint(0, 3, (2, 8))}),
+        (GMLPForQuestionAnswering, {"start_positions": torch.tensor([1, 2]), "end_positions": torch.tensor([3, 4])}),
+    ]
+    for model_class, labels in cases:
+        model = model_class(config)
+        model(ids, **labels).loss.backward()
+        missing = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+        assert missing == [], (model_class, missing)
+
+
+# --- Training features ---------------------------------------------------------------------------------------
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    config = tiny_config(tiny_attention_size=8)
+    ids = random_ids(2, 10)
+    model = GMLPForMaskedLM(config).train()
+    model(ids, labels=ids).loss.backward()
+    reference = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    model.gradient_checkpointing_enable()
+    assert model.is_gradient_checkpointing
+    model(ids, labels=ids).loss.backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, reference[name], msg=name)
+
+
+def test_resize_token_embeddings_keeps_the_decoder_tied():
+    model = GMLPForMaskedLM(tiny_config())
+    old = model.get_input_embeddings().weight[:64].clone()
+    model.resize_token_embeddings(80)
+    assert model.config.vocab_size == 80
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    torch.testing.assert_close(model.get_input_embeddings().weight[:64], old)
+    ids = torch.tensor([[70, 75, 79]])
+    assert model(ids, labels=ids).logits.shape == (1, 3, 80)
+
+
+def test_bf16_autocast_is_close_to_fp32():
+    model = GMLPForMaskedLM(tiny_config(tiny_attention_size=8)).eval()
+    ids = random_ids(2, 10)
+    with torch.no_grad():
+        full = model(ids).logits
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model(ids).logits
+    assert low.dtype == torch.bfloat16
+    torch.testing.assert_close(low.float(), full, atol=0.1, rtol=0.05)
+
+
+def test_bf16_autocast_fft_path_is_close_to_fp32():
+    projection = spatial_projection(spatial_fft_min_length=1)
+    gate = torch.randn(2, 16, 24)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = projection(gate.bfloat16())
+    torch.testing.assert_close(low.float(), projection(gate), atol=0.2, rtol=0.05)
+
+
+def test_generate_greedy_matches_a_manual_argmax_loop():
+    model = GMLPForCausalLM(tiny_config(is_decoder=True, tiny_attention_size=8)).eval()
+    prompt = random_ids(1, 4)
+    generated = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    manual = prompt
+    with torch.no_grad():
+        for _ in range(6):
+            next_token = model(manual).logits[:, -1].argmax(-1, keepdim=True)
+            manual = torch.cat([manual, next_token], dim=1)
+    assert torch.equal(generated, manual)
+
+
+def test_causal_lm_loss_is_shifted_and_needs_a_causal_config():
+    model = GMLPForCausalLM(tiny_config(is_decoder=True)).eval()
+    ids = random_ids(2, 7)
+    out = model(ids, labels=ids)
+    expected = F.cross_entropy(out.logits[:, :-1].reshape(-1, 64), ids[:, 1:].reshape(-1))
+    torch.testing.assert_close(out.loss, expected)
+    with pytest.raises(ValueError, match="is_decoder=True"):
+        GMLPForCausalLM(tiny_config())
+
+
+def test_torch_compile_matches_eager():
+    model = GMLPForMaskedLM(tiny_config(tiny_attention_size=8)).eval()
+    ids = random_ids(2, 10)
+    compiled = torch.compile(model, backend="aot_eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(ids).logits, model(ids).logits)
+
+
+def test_stochastic_depth_is_active_only_in_training():
+    model = GMLPModel(tiny_config(drop_path_rate=0.5, num_hidden_layers=6))
+    ids = random_ids(4, 8)
+    model.train()
+    first, second = model(ids).last_hidden_state, model(ids).last_hidden_state
+    assert not torch.allclose(first, second)
+    model.eval()
+    torch.testing.assert_close(model(ids).last_hidden_state, model(ids).last_hidden_state)
+
+
+def test_modules_hold_no_unregistered_tensors():
+    model = GMLPForMaskedLM(tiny_config(tiny_attention_size=8))
+    registered = {id(t) for t in list(model.parameters()) + list(model.buffers())}
+    for module in model.modules():
+        for name, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                assert id(value) in registered, f"{type(module).__name__}.{name} is a tensor but not a buffer"

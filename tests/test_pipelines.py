@@ -1,0 +1,98 @@
+"""The stock Transformers pipelines run gMLP models, with a small tokenizer made here, and agree with the model."""
+
+import pytest
+import torch
+from transformers import BertTokenizer, pipeline
+
+from gmlp import (
+    GMLPConfig,
+    GMLPForCausalLM,
+    GMLPForMaskedLM,
+    GMLPForSequenceClassification,
+    GMLPForTokenClassification,
+)
+
+WORDS = "the cat dog sat on a mat ran to park who where did go sun is hot cold day night".split()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "?"] + WORDS
+    return BertTokenizer(vocab={token: i for i, token in enumerate(vocab)}, model_max_length=32)
+
+
+def model_config(tokenizer, **overrides):
+    torch.manual_seed(0)
+    settings = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        max_position_embeddings=32,
+        spatial_init_eps=32.0,
+        tiny_attention_size=8,
+    )
+    settings.update(overrides)
+    return GMLPConfig(**settings)
+
+
+def test_fill_mask_pipeline_ranks_tokens_by_the_models_logits(tokenizer):
+    model = GMLPForMaskedLM(model_config(tokenizer)).eval()
+    fill_mask = pipeline("fill-mask", model=model, tokenizer=tokenizer, device="cpu")
+    text = "the cat sat on the [MASK] ."
+    predictions = fill_mask(text, top_k=3)
+    inputs = tokenizer(text, return_tensors="pt")
+    position = (inputs.input_ids[0] == tokenizer.mask_token_id).nonzero().item()
+    with torch.no_grad():
+        probabilities = model(**inputs).logits[0, position].softmax(-1)
+    top = probabilities.topk(3)
+    assert [p["token"] for p in predictions] == top.indices.tolist()
+    for prediction, score in zip(predictions, top.values.tolist()):
+        assert prediction["score"] == pytest.approx(score, rel=1e-5)
+        assert "[MASK]" not in prediction["sequence"]
+
+
+def test_text_classification_pipeline_returns_the_softmax_of_the_logits(tokenizer):
+    config = model_config(tokenizer, num_labels=2, id2label={0: "negative", 1: "positive"},
+                          label2id={"negative": 0, "positive": 1})
+    model = GMLPForSequenceClassification(config).eval()
+    classifier = pipeline("text-classification", model=model, tokenizer=tokenizer, device="cpu")
+    scores = classifier(["the sun is hot", "the night is cold ."], top_k=None)
+    for text, result in zip(["the sun is hot", "the night is cold ."], scores):
+        with torch.no_grad():
+            probabilities = model(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0]
+        by_label = {entry["label"]: entry["score"] for entry in result}
+        assert by_label["negative"] == pytest.approx(probabilities[0].item(), rel=1e-5)
+        assert by_label["positive"] == pytest.approx(probabilities[1].item(), rel=1e-5)
+
+
+def test_sentence_pairs_use_token_types(tokenizer):
+    encoded = tokenizer("who sat", "the cat sat")
+    assert encoded["token_type_ids"] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_token_classification_pipeline_labels_every_word(tokenizer):
+    config = model_config(tokenizer, num_labels=3, id2label={0: "O", 1: "ANIMAL", 2: "PLACE"},
+                          label2id={"O": 0, "ANIMAL": 1, "PLACE": 2})
+    model = GMLPForTokenClassification(config).eval()
+    tagger = pipeline("token-classification", model=model, tokenizer=tokenizer, device="cpu")
+    entities = tagger("the dog ran to the park")
+    inputs = tokenizer("the dog ran to the park", return_tensors="pt")
+    with torch.no_grad():
+        predicted = model(**inputs).logits[0, 1:-1].argmax(-1).tolist()
+    expected = [(word, config.id2label[label]) for word, label in zip("the dog ran to the park".split(), predicted)]
+    assert [(entity["word"], entity["entity"]) for entity in entities] == [
+        (word, label) for word, label in expected if label != "O"
+    ]
+
+
+def test_text_generation_pipeline_continues_the_prompt_greedily(tokenizer):
+    model = GMLPForCausalLM(model_config(tokenizer, is_decoder=True)).eval()
+    generator = pipeline("text-generation", model=model, tokenizer=tokenizer, device="cpu")
+    token_ids = generator("the cat", max_new_tokens=5, do_sample=False, return_tensors=True)[0]["generated_token_ids"]
+    text = generator("the cat", max_new_tokens=5, do_sample=False)[0]["generated_text"]
+    prompt = tokenizer("the cat", return_tensors="pt").input_ids
+    expected = model.generate(prompt, max_new_tokens=5, do_sample=False, pad_token_id=0)[0]
+    assert token_ids == expected.tolist() and len(token_ids) == prompt.shape[1] + 5
+    assert text.startswith("the cat")
+    assert text.endswith(tokenizer.decode(expected[prompt.shape[1] :], skip_special_tokens=True))
