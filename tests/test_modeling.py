@@ -1,6 +1,7 @@
 """Behaviour of the gMLP / aMLP models: the paper's block, sequence handling, heads and the Hugging Face contract."""
 
 import pytest
+from huggingface_hub.errors import StrictDataclassError
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -113,7 +114,7 @@ def test_from_preset_applies_overrides_and_rejects_unknown_names():
     ],
 )
 def test_invalid_config_values_fail_at_construction(overrides, message):
-    with pytest.raises(Exception, match=message):
+    with pytest.raises((ValueError, StrictDataclassError), match=message):
         tiny_config(**overrides)
 
 
