@@ -1,8 +1,8 @@
 """Behaviour of the gMLP / aMLP models: the paper's block, sequence handling, heads and the Hugging Face contract."""
 
 import pytest
-from huggingface_hub.errors import StrictDataclassError
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 from torch.nn import functional as F
 

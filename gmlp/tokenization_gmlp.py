@@ -1,0 +1,237 @@
+"""Train a BERT-style tokenizer for gMLP that `AutoTokenizer.from_pretrained` loads without this package.
+
+Two kinds are offered:
+
+- `"wordpiece"`: BERT's WordPiece (BERT normalizer and pre-tokenizer, `##` continuation prefix), cased or uncased.
+- `"unigram"`: a SentencePiece-style Unigram model (NFKC normalisation, `▁` Metaspace pre-tokenizer).
+
+Both use the special tokens `[PAD] [UNK] [CLS] [SEP] [MASK]` (ids 0 to 4) and BERT's templates
+`[CLS] A [SEP]` and `[CLS] A [SEP] B [SEP]`, with token_type_ids 0 for the first segment and 1 for the second.
+
+Command line:
+
+    python -m gmlp.tokenization_gmlp --train_files a.txt b.txt --output_dir DIR --vocab_size 8000 \\
+        --model_type wordpiece [--cased]
+"""
+
+import argparse
+import os
+from collections.abc import Iterable, Iterator
+
+import datasets
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
+from transformers import PreTrainedTokenizerFast
+
+
+MODEL_TYPES = ("wordpiece", "unigram")
+PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS = [PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN]
+_DATASET_BATCH_SIZE = 1000
+
+
+def train_tokenizer(
+    texts,
+    vocab_size: int = 8000,
+    model_type: str = "wordpiece",
+    lowercase: bool = True,
+    min_frequency: int = 2,
+    model_max_length: int = 512,
+    text_column: str = "text",
+) -> PreTrainedTokenizerFast:
+    """Train a WordPiece or Unigram tokenizer and wrap it as a Transformers fast tokenizer.
+
+    Args:
+        texts: what to train on. A path (`str` or `os.PathLike`) or a list/tuple of paths to text files,
+            read line by line; a `datasets.Dataset` or `datasets.IterableDataset`, whose `text_column`
+            is used; or any other iterable of strings (e.g. a generator, or `iter(list_of_strings)`).
+            A list or tuple of strings is always taken as file paths.
+        vocab_size: size of the vocabulary, special tokens included (an upper bound: a small corpus
+            can yield fewer tokens).
+        model_type: `"wordpiece"` or `"unigram"`.
+        lowercase: lowercase the input (for WordPiece this also strips accents, as uncased BERT does).
+        min_frequency: minimum count of a merged token (WordPiece only; the Unigram trainer prunes its
+            vocabulary by likelihood and has no such threshold).
+        model_max_length: the `model_max_length` of the returned tokenizer.
+        text_column: the column holding the text when `texts` is a dataset.
+
+    Returns:
+        A `PreTrainedTokenizerFast` with pad, unk, cls, sep and mask tokens set.
+
+    Raises:
+        ValueError: `model_type` is not one of `MODEL_TYPES`, `vocab_size` is too small, or the dataset
+            has no `text_column`.
+        FileNotFoundError: a training file does not exist.
+        TypeError: a list or tuple holds something other than paths, or `texts` is a dataset dictionary
+            rather than one split.
+    """
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"model_type must be one of {list(MODEL_TYPES)}, got {model_type!r}.")
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise ValueError(
+            f"vocab_size must be larger than the {len(SPECIAL_TOKENS)} special tokens {SPECIAL_TOKENS}, "
+            f"got {vocab_size}."
+        )
+    if model_type == "wordpiece":
+        tokenizer, trainer = _wordpiece_pipeline(vocab_size, lowercase, min_frequency)
+    else:
+        tokenizer, trainer = _unigram_pipeline(vocab_size, lowercase)
+
+    files = _as_file_list(texts)
+    if files is not None:
+        tokenizer.train(files, trainer)
+    else:
+        tokenizer.train_from_iterator(_iter_texts(texts, text_column), trainer)
+
+    tokenizer.post_processor = _bert_post_processor(tokenizer)
+    return _wrap(tokenizer, model_max_length)
+
+
+def _wordpiece_pipeline(vocab_size: int, lowercase: bool, min_frequency: int):
+    """An untrained BERT WordPiece tokenizer and its trainer."""
+    tokenizer = Tokenizer(models.WordPiece(unk_token=UNK_TOKEN))
+    # strip_accents=None follows `lowercase`, as in BERT: uncased strips accents, cased keeps them.
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+        limit_alphabet=1000,
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
+    return tokenizer, trainer
+
+
+def _unigram_pipeline(vocab_size: int, lowercase: bool):
+    """An untrained SentencePiece-style Unigram tokenizer and its trainer."""
+    tokenizer = Tokenizer(models.Unigram())
+    # SentencePiece's default normalisation: NFKC, and no leading, trailing or repeated spaces.
+    steps = [normalizers.NFKC(), normalizers.Strip(), normalizers.Replace(Regex(" {2,}"), " ")]
+    if lowercase:
+        steps.append(normalizers.Lowercase())
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    # As in ALBERT: the mask absorbs the space before it, so "a [MASK] b" leaves no lone "▁" piece before it.
+    mask = AddedToken(MASK_TOKEN, lstrip=True, normalized=False, special=True)
+    special_tokens = [PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, mask]
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=special_tokens, unk_token=UNK_TOKEN, show_progress=False
+    )
+    return tokenizer, trainer
+
+
+def _as_file_list(texts) -> list[str] | None:
+    """The training files named by `texts`, or None when `texts` holds the text itself.
+
+    Raises FileNotFoundError naming the first path that is not a file.
+    """
+    if isinstance(texts, (str, os.PathLike)):
+        paths = [texts]
+    elif isinstance(texts, (list, tuple)):
+        paths = list(texts)
+    else:
+        return None
+    for path in paths:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(
+                f"A list or tuple passed to train_tokenizer must hold file paths, got a {type(path).__name__}."
+            )
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"Training file not found: {os.fspath(path)!r}. train_tokenizer takes a list or tuple of "
+                "strings as file paths; to train on in-memory texts pass an iterator such as iter(texts), "
+                "or a datasets.Dataset."
+            )
+    return [os.fspath(path) for path in paths]
+
+
+def _iter_texts(texts: Iterable, text_column: str) -> Iterator[str]:
+    """The strings of a dataset's `text_column`, or of any other iterable of strings."""
+    if isinstance(texts, (datasets.DatasetDict, datasets.IterableDatasetDict)):
+        raise TypeError(
+            f"train_tokenizer got a dataset dictionary with splits {list(texts)}; pass one split, "
+            "e.g. dataset['train']."
+        )
+    if isinstance(texts, (datasets.Dataset, datasets.IterableDataset)):
+        if texts.column_names is not None and text_column not in texts.column_names:
+            raise ValueError(
+                f"The dataset has no column {text_column!r} (its columns: {texts.column_names}); "
+                "pass text_column=... to name the column that holds the text."
+            )
+        return (text for batch in texts.iter(batch_size=_DATASET_BATCH_SIZE) for text in batch[text_column])
+    return iter(texts)
+
+
+def _bert_post_processor(tokenizer: Tokenizer) -> processors.TemplateProcessing:
+    """BERT's `[CLS] A [SEP]` / `[CLS] A [SEP] B [SEP]` template, segment B with token type 1."""
+    return processors.TemplateProcessing(
+        single=f"{CLS_TOKEN}:0 $A:0 {SEP_TOKEN}:0",
+        pair=f"{CLS_TOKEN}:0 $A:0 {SEP_TOKEN}:0 $B:1 {SEP_TOKEN}:1",
+        special_tokens=[(token, tokenizer.token_to_id(token)) for token in (CLS_TOKEN, SEP_TOKEN)],
+    )
+
+
+def _wrap(tokenizer: Tokenizer, model_max_length: int) -> PreTrainedTokenizerFast:
+    """The trained `tokenizer` as a Transformers fast tokenizer with BERT's special tokens and inputs."""
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token=PAD_TOKEN,
+        unk_token=UNK_TOKEN,
+        cls_token=CLS_TOKEN,
+        sep_token=SEP_TOKEN,
+        mask_token=MASK_TOKEN,
+        model_max_length=model_max_length,
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line options."""
+    parser = argparse.ArgumentParser(
+        prog="python -m gmlp.tokenization_gmlp",
+        description="Train a WordPiece or Unigram tokenizer for gMLP and save it for AutoTokenizer.from_pretrained.",
+    )
+    parser.add_argument("--train_files", nargs="+", required=True, help="Text files to train on, read line by line.")
+    parser.add_argument("--output_dir", required=True, help="Directory to save the tokenizer to.")
+    parser.add_argument("--vocab_size", type=int, default=8000, help="Vocabulary size, special tokens included.")
+    parser.add_argument("--model_type", choices=MODEL_TYPES, default="wordpiece", help="Tokenizer model.")
+    parser.add_argument("--cased", action="store_true", help="Keep case (default: lowercase the input).")
+    parser.add_argument(
+        "--min_frequency", type=int, default=2, help="Minimum count of a merged token (WordPiece only)."
+    )
+    parser.add_argument("--model_max_length", type=int, default=512, help="The tokenizer's model_max_length.")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Train a tokenizer from the command line and save it to `--output_dir`."""
+    args = parse_args(argv)
+    tokenizer = train_tokenizer(
+        args.train_files,
+        vocab_size=args.vocab_size,
+        model_type=args.model_type,
+        lowercase=not args.cased,
+        min_frequency=args.min_frequency,
+        model_max_length=args.model_max_length,
+    )
+    tokenizer.save_pretrained(args.output_dir)
+    print(f"Saved a {args.model_type} tokenizer with {len(tokenizer)} tokens to {args.output_dir}")
+
+
+if __name__ == "__main__":
+    main()
