@@ -24,7 +24,9 @@ setup(
         "scipy",
     ],
     extras_require={
-        "dev": ["pytest>=8", "pytest-timeout"],
-        "benchmarks": ["g-mlp-pytorch", "matplotlib"],
+        "dev": ["pytest>=8", "matplotlib"],
+        "vis": ["matplotlib"],
+        # g-mlp-pytorch is the other gMLP the speed benchmark compares against (install it with --no-deps).
+        "benchmarks": ["g-mlp-pytorch", "einops", "matplotlib"],
     },
 )

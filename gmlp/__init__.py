@@ -7,6 +7,7 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
+    AutoModelForImageClassification,
     AutoModelForMaskedLM,
     AutoModelForMultipleChoice,
     AutoModelForQuestionAnswering,
@@ -14,9 +15,10 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from .configuration_gmlp import PRESETS, GMLPConfig
+from .configuration_gmlp import PRESETS, VISION_PRESETS, GMLPConfig, GMLPVisionConfig
 from .modeling_gmlp import (
     GMLPForCausalLM,
+    GMLPForImageClassification,
     GMLPForMaskedLM,
     GMLPForMultipleChoice,
     GMLPForQuestionAnswering,
@@ -24,6 +26,8 @@ from .modeling_gmlp import (
     GMLPForTokenClassification,
     GMLPModel,
     GMLPPreTrainedModel,
+    GMLPVisionModel,
+    GMLPVisionPreTrainedModel,
 )
 
 
@@ -46,10 +50,20 @@ for _auto_class, _model_class in _AUTO_CLASSES.items():
     # Makes save_pretrained copy the code files next to the weights, for `trust_remote_code=True` loading.
     _model_class.register_for_auto_class(_auto_class.__name__)
 
+_VISION_AUTO_CLASSES = {AutoModel: GMLPVisionModel, AutoModelForImageClassification: GMLPForImageClassification}
+
+AutoConfig.register(GMLPVisionConfig.model_type, GMLPVisionConfig, exist_ok=True)
+GMLPVisionConfig.register_for_auto_class()
+for _auto_class, _model_class in _VISION_AUTO_CLASSES.items():
+    _auto_class.register(GMLPVisionConfig, _model_class, exist_ok=True)
+    _model_class.register_for_auto_class(_auto_class.__name__)
+
 __all__ = [
     "PRESETS",
+    "VISION_PRESETS",
     "GMLPConfig",
     "GMLPForCausalLM",
+    "GMLPForImageClassification",
     "GMLPForMaskedLM",
     "GMLPForMultipleChoice",
     "GMLPForQuestionAnswering",
@@ -57,4 +71,7 @@ __all__ = [
     "GMLPForTokenClassification",
     "GMLPModel",
     "GMLPPreTrainedModel",
+    "GMLPVisionConfig",
+    "GMLPVisionModel",
+    "GMLPVisionPreTrainedModel",
 ]

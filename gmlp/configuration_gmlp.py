@@ -81,6 +81,9 @@ class GMLPConfig(PreTrainedConfig):
         drop_path_rate: Probability of dropping a whole block per sample in training (stochastic depth).
         pad_token_id: Id of the padding token.
         tie_word_embeddings: Tie the language-model decoder to the input embeddings.
+        sparse_prediction: MLM training speed-up (as in ModernBERT): in training mode with labels,
+            `GMLPForMaskedLM` computes the vocabulary projection only at labelled positions and returns logits of
+            shape (labelled positions, vocab_size). Same loss; evaluation always returns full logits.
 
     Example:
 
@@ -117,6 +120,7 @@ class GMLPConfig(PreTrainedConfig):
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     tie_word_embeddings: bool = True
+    sparse_prediction: bool = False
     # gMLP has no key/value cache: generation reruns the whole prefix at every step.
     use_cache: bool = False
 
@@ -174,4 +178,168 @@ class GMLPConfig(PreTrainedConfig):
                 raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
 
 
-__all__ = ["AUTO_MAP", "GMLPConfig", "PRESETS"]
+# The vision models, like AUTO_MAP for the text ones: written into every saved vision config.json.
+VISION_AUTO_MAP = {
+    "AutoConfig": "configuration_gmlp.GMLPVisionConfig",
+    "AutoModel": "modeling_gmlp.GMLPVisionModel",
+    "AutoModelForImageClassification": "modeling_gmlp.GMLPForImageClassification",
+}
+
+# Table 1: ImageNet models on 224 x 224 images cut into 16 x 16 patches (n = 196), 30 layers. The survival
+# probability of stochastic depth is 1 - drop_path_rate (1.00 / 0.95 / 0.80).
+VISION_PRESETS = {
+    "gmlp-ti16": {"hidden_size": 128, "intermediate_size": 768, "drop_path_rate": 0.0},
+    "gmlp-s16": {"hidden_size": 256, "intermediate_size": 1536, "drop_path_rate": 0.05},
+    "gmlp-b16": {"hidden_size": 512, "intermediate_size": 3072, "drop_path_rate": 0.2},
+    # CPU-sized, for small images such as scikit-learn's 8x8 digits upsampled to 32x32 (n = 64 patches).
+    "gmlp-tiny": {
+        "image_size": 32,
+        "patch_size": 4,
+        "hidden_size": 64,
+        "intermediate_size": 256,
+        "num_hidden_layers": 6,
+        "drop_path_rate": 0.0,
+    },
+}
+
+
+@strict
+class GMLPVisionConfig(PreTrainedConfig):
+    r"""
+    Configuration of a gMLP image classifier ("Pay Attention to MLPs", Section 3): a ViT-style patch stem, L gMLP
+    blocks whose dense spatial weights mix the patches, a final LayerNorm, mean pooling and a linear classifier.
+
+    The defaults are gMLP-S/16 (Table 1) as built by timm (`gmlp_s16_224`), whose weights `gmlp.convert_timm`
+    converts. Fields shared with `GMLPConfig` have the same names and meaning.
+
+    Args:
+        hidden_size: Width of the residual stream (the paper's d_model).
+        intermediate_size: Width of the channel expansion U (the paper's d_ffn); must be even, the SGU splits it.
+        num_hidden_layers: Number of gMLP blocks (the paper's #L).
+        image_size: Height and width of the (square) input images, in pixels.
+        patch_size: Height and width of the square patches the stem cuts the image into; must divide `image_size`.
+        num_channels: Number of input image channels.
+        hidden_act: Activation after the channel expansion (`"gelu"` is the exact erf GELU, as in timm).
+        hidden_dropout_prob: Dropout on each block's output.
+        classifier_dropout: Dropout before the classifier.
+        initializer_range: Standard deviation of the normal init of the stem and the linear layers.
+        layer_norm_eps: Epsilon of every LayerNorm (timm uses 1e-6).
+        sgu_variant: The spatial gating function of Table 3 (see `GMLPConfig`).
+        spatial_init_eps: W starts uniform in +-spatial_init_eps / n and its bias at one (Section 2.1).
+        num_sgu_heads: Number of groups of gate channels, each with its own spatial W.
+        drop_path_rate: Probability of dropping a whole block per sample in training (stochastic depth; one
+            minus Table 1's survival probability, the same for every block).
+
+    Example:
+
+    ```python
+    >>> from gmlp import GMLPVisionConfig, GMLPForImageClassification
+    >>> config = GMLPVisionConfig.from_preset("gmlp-ti16", num_labels=10)
+    >>> model = GMLPForImageClassification(config)
+    ```
+    """
+
+    model_type = "gmlp_vision"
+
+    hidden_size: int = 256
+    intermediate_size: int = 1536
+    num_hidden_layers: int = 30
+    image_size: int = 224
+    patch_size: int = 16
+    num_channels: int = 3
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.0
+    classifier_dropout: float | int = 0.0
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-6
+    sgu_variant: str = "multiplicative_split"
+    spatial_init_eps: float = 1e-3
+    num_sgu_heads: int = 1
+    drop_path_rate: float | int = 0.05
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        self.auto_map = {**VISION_AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "GMLPVisionConfig":
+        """A named configuration (Table 1's `gmlp-ti16`, `gmlp-s16`, `gmlp-b16`, or `gmlp-tiny`) with overrides."""
+        if name not in VISION_PRESETS:
+            raise ValueError(f"Unknown gMLP vision preset {name!r}; choose one of {', '.join(VISION_PRESETS)}.")
+        return cls(**{**VISION_PRESETS[name], **overrides})
+
+    @property
+    def num_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    # What the gMLP block shared with the text models reads off its config: the patches are the tokens, W is a
+    # full n x n matrix (Table 1), and there is neither causal mode nor tiny attention.
+    @property
+    def max_position_embeddings(self) -> int:
+        return self.num_patches
+
+    @property
+    def spatial_weight_type(self) -> str:
+        return "dense"
+
+    @property
+    def spatial_fft_min_length(self) -> int:
+        return self.num_patches + 1
+
+    @property
+    def is_decoder(self) -> bool:
+        return False
+
+    @property
+    def tiny_attention_size(self) -> int:
+        return 0
+
+    @property
+    def attention_probs_dropout_prob(self) -> float:
+        return 0.0
+
+    @property
+    def gate_size(self) -> int:
+        """Channels the spatial gating unit outputs: half of d_ffn for the split variant, all of it otherwise."""
+        if self.sgu_variant == "multiplicative_split":
+            return self.intermediate_size // 2
+        return self.intermediate_size
+
+    def validate_architecture(self):
+        """Part of `@strict`-powered validation: reject sizes and options the model cannot be built with."""
+        positive = (
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "image_size",
+            "patch_size",
+            "num_channels",
+            "num_sgu_heads",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)}.")
+        if self.image_size % self.patch_size:
+            raise ValueError(
+                f"`patch_size` ({self.patch_size}) must divide `image_size` ({self.image_size}) so that the image "
+                f"is cut into whole patches; e.g. use image_size={self.image_size // self.patch_size * self.patch_size}."
+            )
+        if self.sgu_variant not in SGU_VARIANTS:
+            raise ValueError(f"Unknown `sgu_variant` {self.sgu_variant!r}; choose one of {', '.join(SGU_VARIANTS)}.")
+        if self.sgu_variant == "multiplicative_split" and self.intermediate_size % 2:
+            raise ValueError(
+                f"`intermediate_size` (d_ffn) must be even for the split SGU, which halves it; "
+                f"got {self.intermediate_size}."
+            )
+        if self.gate_size % self.num_sgu_heads:
+            raise ValueError(
+                f"`num_sgu_heads` ({self.num_sgu_heads}) must divide the SGU's gate channels ({self.gate_size})."
+            )
+        if self.spatial_init_eps < 0:
+            raise ValueError(f"`spatial_init_eps` must be non-negative, got {self.spatial_init_eps}.")
+        for name in ("hidden_dropout_prob", "classifier_dropout", "drop_path_rate"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
+
+
+__all__ = ["AUTO_MAP", "GMLPConfig", "GMLPVisionConfig", "PRESETS", "VISION_AUTO_MAP", "VISION_PRESETS"]

@@ -386,9 +386,9 @@ def test_hidden_states_attentions_and_tuple_outputs():
     torch.testing.assert_close(outputs.hidden_states[0], model.embeddings(ids))
     assert len(outputs.attentions) == config.num_hidden_layers
     for weights in outputs.attentions:
-        assert weights.shape == (2, 9, 9)
-        torch.testing.assert_close(weights.sum(-1), torch.ones(2, 9))
-        assert weights[1, :, 6:].abs().max() == 0  # padded keys get no weight
+        assert weights.shape == (2, 1, 9, 9)  # (batch, heads, queries, keys), as every Transformers model
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, 1, 9))
+        assert weights[1, :, :, 6:].abs().max() == 0  # padded keys get no weight
     assert isinstance(as_tuple, tuple)
     torch.testing.assert_close(as_tuple[0], outputs.last_hidden_state)
     torch.testing.assert_close(as_tuple[1], outputs.pooler_output)

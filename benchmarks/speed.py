@@ -1,0 +1,617 @@
+"""Speed benchmarks of gMLP against BERT of equal parameter count and the PyPI package g-mlp-pytorch.
+
+One command, a markdown table out and the results as JSON (benchmarks/results/speed.json):
+
+    python benchmarks/speed.py                 # everything (about 30-60 minutes on 2 cores)
+    python benchmarks/speed.py --quick         # fewer rounds and a 2-layer model for the length scaling
+
+Every table runs its cases interleaved (A B C A B C ...), reports medians over rounds and paired ratios (the
+median of per-round ratios), on the CPU with `torch.set_num_threads` set explicitly. glibc's malloc returns the
+large logits tensor to the kernel every step and faults it back in (20-30% of a step); the script re-executes
+itself with MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ raised unless `--system-malloc` is given.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import BertConfig, BertForMaskedLM
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from gmlp import GMLPConfig, GMLPForMaskedLM  # noqa: E402
+
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**34), "MALLOC_TRIM_THRESHOLD_": str(2**34)}
+# The configuration of the issue's measurement of g-mlp-pytorch (the paper's Toeplitz W for MLM).
+BASE = dict(vocab_size=30522, hidden_size=256, num_hidden_layers=12, intermediate_size=1536, max_position_embeddings=128)
+BATCH_SIZE = 8
+MASK_PROBABILITY = 0.15
+
+
+# ----------------------------------------------------------------------------------------------- models
+
+
+def gmlp_config(**overrides) -> GMLPConfig:
+    return GMLPConfig(**{**BASE, **overrides})
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Unique parameters (tied weights counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def bert_config_matching(target_parameters: int | None, length: int, intermediate_size: int | None = None,
+                         **overrides) -> BertConfig:
+    """BERT with gMLP's width and depth (4 heads of 64) and the FFN width that matches the parameter count
+    (or the given `intermediate_size`)."""
+
+    def config(size):
+        return BertConfig(
+            vocab_size=BASE["vocab_size"], hidden_size=BASE["hidden_size"], num_hidden_layers=BASE["num_hidden_layers"],
+            num_attention_heads=4, intermediate_size=size, max_position_embeddings=length, **overrides
+        )
+
+    if intermediate_size is None:
+        # The parameter count is affine in intermediate_size: two points give the solution.
+        low, high = (count_parameters(BertForMaskedLM(config(size))) for size in (256, 512))
+        intermediate_size = round(256 + (target_parameters - low) * 256 / (high - low))
+    return config(intermediate_size)
+
+
+def g_mlp_pytorch_model(length: int):
+    """lucidrains' gMLP configured like ours: bidirectional (causal=False), a full n x n W (circulant_matrix=False:
+    its "circulant" option is a position-scaled, lower-triangular matrix, not the paper's Toeplitz W), d_ffn =
+    6 d_model, one head. It has no dropout, no head transform and an untied output projection."""
+    from g_mlp_pytorch import gMLP
+
+    return gMLP(
+        num_tokens=BASE["vocab_size"], dim=BASE["hidden_size"], depth=BASE["num_hidden_layers"], seq_len=length,
+        ff_mult=BASE["intermediate_size"] // BASE["hidden_size"], heads=1, causal=False, circulant_matrix=False,
+    )
+
+
+def mlm_batch(batch_size: int, length: int, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, BASE["vocab_size"], (batch_size, length), generator=generator)
+    labels = torch.full_like(input_ids, -100)
+    labelled = torch.rand(batch_size, length, generator=generator) < MASK_PROBABILITY
+    labels[labelled] = input_ids[labelled]
+    return input_ids, labels
+
+
+def sparse_bert_loss(model: BertForMaskedLM, input_ids, labels):
+    """BERT with the same labelled-positions-only vocabulary projection, to compare like with like."""
+    hidden = model.bert(input_ids=input_ids).last_hidden_state
+    labelled = labels != -100
+    logits = model.cls(hidden[labelled])
+    return torch.nn.functional.cross_entropy(logits, labels[labelled])
+
+
+def g_mlp_pytorch_loss(model, input_ids, labels):
+    logits = model(input_ids)
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+
+def training_cases(only: str | None = None, bert_intermediate_size: int | None = None):
+    """name -> (model, loss function, description), or just the case `only`. Ours and BERT keep their default
+    dropout (0.1). The parameter-matched BERT's FFN width is computed unless given."""
+    length = BASE["max_position_embeddings"]
+    if bert_intermediate_size is None:
+        target = count_parameters(GMLPForMaskedLM(gmlp_config()))
+        bert_intermediate_size = bert_config_matching(target, length).intermediate_size
+    bert_config = bert_config_matching(None, length, intermediate_size=bert_intermediate_size)
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+    def sparse_gmlp():
+        model = GMLPForMaskedLM(gmlp_config())
+        model.config.sparse_prediction = True
+        return model
+
+    def hf_loss(model, input_ids, labels):
+        return model(input_ids=input_ids, labels=labels).loss
+
+    factories = {
+        "gmlp (full logits)": (lambda: GMLPForMaskedLM(gmlp_config()), hf_loss, "GMLPForMaskedLM, default output"),
+        "gmlp sparse_prediction": (sparse_gmlp, hf_loss, "GMLPForMaskedLM, config.sparse_prediction=True"),
+        "BertForMaskedLM": (lambda: BertForMaskedLM(bert_config), hf_loss, "default dropout 0.1, full logits"),
+        "BertForMaskedLM no dropout": (
+            lambda: BertForMaskedLM(bert_config_matching(None, length, intermediate_size=bert_intermediate_size,
+                                                         **no_dropout)),
+            hf_loss, "dropout 0, full logits",
+        ),
+        "BERT sparse logits": (
+            lambda: BertForMaskedLM(bert_config), sparse_bert_loss, "BertModel + cls head at labelled positions only"
+        ),
+        "g-mlp-pytorch": (
+            lambda: g_mlp_pytorch_model(length), g_mlp_pytorch_loss, "gMLP(..., circulant_matrix=False), no dropout"
+        ),
+    }
+    cases = {}
+    for name, (factory, loss_fn, description) in factories.items():
+        if only not in (None, name):
+            continue
+        torch.manual_seed(0)
+        try:
+            cases[name] = (factory(), loss_fn, description)
+        except ImportError:
+            print("g-mlp-pytorch is not installed (pip install g-mlp-pytorch einops); skipping it.", file=sys.stderr)
+    return cases, bert_config
+
+
+# ------------------------------------------------------------------------------------------- FLOP counts
+
+
+def gmlp_layer_flops(tokens: int, length: int, spatial_channels: int | None = None) -> int:
+    d, f = BASE["hidden_size"], BASE["intermediate_size"]
+    gate = f // 2 if spatial_channels is None else spatial_channels
+    return 2 * tokens * d * f + 2 * tokens * (f // 2) * d + 2 * tokens * length * gate
+
+
+def bert_layer_flops(tokens: int, length: int, intermediate_size: int) -> int:
+    d = BASE["hidden_size"]
+    return 8 * tokens * d * d + 4 * tokens * length * d + 4 * tokens * d * intermediate_size
+
+
+def head_flops(predicted: int, transform: bool = True) -> int:
+    d = BASE["hidden_size"]
+    return (2 * predicted * d * d if transform else 0) + 2 * predicted * d * BASE["vocab_size"]
+
+
+FLOP_FORMULAS = {
+    "convention": "matmul FLOPs only (multiply-add = 2); training = 3 x forward (backward = 2 x forward); "
+    "T = batch x length tokens, P = positions given to the vocabulary projection (T, or the labelled ones)",
+    "gmlp layer": "2 T d f (U) + 2 T (f/2) d (V) + 2 T n (f/2) (spatial W, direct product)",
+    "bert layer": "8 T d^2 (Q, K, V, O) + 4 T n d (scores, weighted sum) + 4 T d f_bert (FFN)",
+    "mlm head": "2 P d^2 (transform; none in g-mlp-pytorch) + 2 P d vocab",
+}
+
+
+def forward_flops(name: str, input_ids, labels, bert_intermediate: int, encoder_only: bool = False) -> int:
+    tokens, length = input_ids.numel(), input_ids.shape[1]
+    layers = BASE["num_hidden_layers"]
+    sparse = "sparse" in name
+    predicted = int((labels != -100).sum()) if sparse else tokens
+    if "bert" in name.lower():
+        encoder = layers * bert_layer_flops(tokens, length, bert_intermediate)
+    else:
+        encoder = layers * gmlp_layer_flops(tokens, length)
+    if encoder_only:
+        return encoder
+    return encoder + head_flops(predicted, transform="g-mlp-pytorch" not in name)
+
+
+# ------------------------------------------------------------------------------------------------ timing
+
+
+def interleaved(steps: dict, rounds: int, warmup: int = 1, repeats: int = 1) -> dict:
+    """Seconds per call of each step function: every round runs each case once (A B C A B C ...)."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    times = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(repeats):
+                step()
+            times[name].append((time.perf_counter() - start) / repeats)
+    return times
+
+
+def paired_ratio(times: dict, name: str, reference: str) -> float:
+    """Median over rounds of (reference time / case time): > 1 means `name` is faster."""
+    return statistics.median(r / t for r, t in zip(times[reference], times[name]))
+
+
+def matmul_peak_flops(size: int = 2048, rounds: int = 9) -> float:
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    times = interleaved({"mm": lambda: torch.mm(a, b)}, rounds, warmup=2)["mm"]
+    return 2 * size**3 / statistics.median(times)
+
+
+def training_step_fn(model, loss_fn, input_ids, labels, compile_model: bool = False):
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    forward = torch.compile(model) if compile_model else model
+
+    def step():
+        loss = loss_fn(forward, input_ids, labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def encoder_fn(name, model):
+    """Inference of the encoder alone (no vocabulary projection)."""
+    model.eval()
+    if name.startswith("gmlp"):
+        return lambda ids: model.gmlp(input_ids=ids).last_hidden_state
+    if "BERT" in name or "Bert" in name:
+        return lambda ids: model.bert(input_ids=ids).last_hidden_state
+    return lambda ids: torch.nn.Sequential(*model.layers)(model.to_embed(ids))
+
+
+# --------------------------------------------------------------------------------------------- sections
+
+
+def run_training(args, peak: float) -> dict:
+    cases, bert_config = training_cases()
+    input_ids, labels = mlm_batch(BATCH_SIZE, BASE["max_position_embeddings"])
+    steps = {name: training_step_fn(model, loss_fn, input_ids, labels) for name, (model, loss_fn, _) in cases.items()}
+    times = interleaved(steps, args.rounds, warmup=2, repeats=args.repeats)
+    tokens = input_ids.numel()
+    rows = {}
+    for name, (model, _, description) in cases.items():
+        seconds = statistics.median(times[name])
+        flops = 3 * forward_flops(name, input_ids, labels, bert_config.intermediate_size)
+        rows[name] = {
+            "description": description,
+            "parameters": count_parameters(model),
+            "seconds_per_step": seconds,
+            "tokens_per_second": tokens / seconds,
+            "flops_per_step": flops,
+            "mfu": flops / seconds / peak,
+            "vs_BertForMaskedLM": paired_ratio(times, name, "BertForMaskedLM"),
+            "vs_g-mlp-pytorch": paired_ratio(times, name, "g-mlp-pytorch") if "g-mlp-pytorch" in times else None,
+            "times": times[name],
+        }
+    for name, row in rows.items():
+        row["peak_step_memory_mib"] = measure_memory_in_subprocess(name, bert_config.intermediate_size)
+    return {"bert_intermediate_size": bert_config.intermediate_size, "rows": rows}
+
+
+def run_inference(args, peak: float) -> dict:
+    cases, bert_config = training_cases()
+    wanted = ["gmlp (full logits)", "BertForMaskedLM", "BertForMaskedLM no dropout", "g-mlp-pytorch"]
+    input_ids, labels = mlm_batch(BATCH_SIZE, BASE["max_position_embeddings"])
+    encoders = {name: encoder_fn(name, cases[name][0]) for name in wanted if name in cases}
+    names = {"gmlp (full logits)": "gmlp encoder", "BertForMaskedLM": "BERT encoder (sdpa)",
+             "BertForMaskedLM no dropout": "BERT encoder, dropout-off config", "g-mlp-pytorch": "g-mlp-pytorch encoder"}
+    steps = {}
+    for name, encoder in encoders.items():
+        steps[names[name]] = (lambda encoder=encoder: encoder(input_ids))
+    with torch.inference_mode():
+        times = interleaved(steps, args.rounds, warmup=2, repeats=args.repeats * 2)
+    rows = {}
+    for source, name in names.items():
+        if name not in times:
+            continue
+        seconds = statistics.median(times[name])
+        flops = forward_flops(source, input_ids, labels, bert_config.intermediate_size, encoder_only=True)
+        rows[name] = {
+            "tokens_per_second": input_ids.numel() / seconds,
+            "mfu": flops / seconds / peak,
+            "vs_BERT_encoder": paired_ratio(times, name, "BERT encoder (sdpa)"),
+            "times": times[name],
+        }
+    return {"rows": rows}
+
+
+def run_compile(args) -> dict:
+    """torch.compile of the training step (sparse_prediction; the boolean indexing is a graph break) and of the
+    encoder's inference, against eager, interleaved."""
+    torch.manual_seed(0)
+    input_ids, labels = mlm_batch(BATCH_SIZE, BASE["max_position_embeddings"])
+    eager, compiled = (GMLPForMaskedLM(gmlp_config()) for _ in range(2))
+    for model in (eager, compiled):
+        model.config.sparse_prediction = True
+
+    def loss_fn(model, ids, target):
+        return model(input_ids=ids, labels=target).loss
+
+    start = time.perf_counter()
+    compiled_step = training_step_fn(compiled, loss_fn, input_ids, labels, compile_model=True)
+    compiled_step()
+    compile_seconds = time.perf_counter() - start
+    train = interleaved(
+        {"eager": training_step_fn(eager, loss_fn, input_ids, labels), "compiled": compiled_step},
+        args.rounds, warmup=1, repeats=args.repeats,
+    )
+    eager.eval()
+    compiled.eval()
+    compiled_encoder = torch.compile(compiled.gmlp)
+    with torch.inference_mode():
+        infer = interleaved(
+            {"eager": lambda: eager.gmlp(input_ids=input_ids), "compiled": lambda: compiled_encoder(input_ids=input_ids)},
+            args.rounds, warmup=2, repeats=args.repeats * 2,
+        )
+    return {
+        "first_step_seconds_with_compilation": compile_seconds,
+        "training_speedup": paired_ratio(train, "compiled", "eager"),
+        "training_tokens_per_second": {k: input_ids.numel() / statistics.median(v) for k, v in train.items()},
+        "inference_speedup": paired_ratio(infer, "compiled", "eager"),
+        "inference_tokens_per_second": {k: input_ids.numel() / statistics.median(v) for k, v in infer.items()},
+    }
+
+
+def spatial_projection_cases(length: int):
+    from gmlp.modeling_gmlp import GMLPSpatialProjection
+
+    gate_size = BASE["intermediate_size"] // 2
+    cases = {
+        "dense W": gmlp_config(max_position_embeddings=length, spatial_weight_type="dense"),
+        "Toeplitz direct": gmlp_config(max_position_embeddings=length, spatial_fft_min_length=10**9),
+        "Toeplitz FFT": gmlp_config(max_position_embeddings=length, spatial_fft_min_length=1),
+    }
+    modules = {}
+    for name, config in cases.items():
+        module = GMLPSpatialProjection(config)
+        torch.nn.init.uniform_(module.weight, -1e-3, 1e-3)
+        torch.nn.init.ones_(module.bias)
+        modules[name] = module
+    return modules, gate_size
+
+
+def run_scaling(args) -> dict:
+    """Constant tokens per step: the spatial projection alone, and the whole encoder, forward + backward."""
+    from transformers import BertModel
+
+    from gmlp import GMLPModel
+
+    target = count_parameters(GMLPForMaskedLM(gmlp_config()))
+    results = {"tokens_per_step": args.scaling_tokens, "encoder_layers": args.scaling_layers, "lengths": {}}
+    for length in args.lengths:
+        batch = max(1, args.scaling_tokens // length)
+        modules, gate_size = spatial_projection_cases(length)
+        gate = torch.randn(batch, length, gate_size, requires_grad=True)
+
+        def projection_step(module=None):
+            module(gate).sum().backward()
+
+        steps = {name: (lambda m=m: projection_step(m)) for name, m in modules.items()}
+        spatial = interleaved(steps, args.rounds, warmup=1)
+
+        layers = dict(num_hidden_layers=args.scaling_layers, max_position_embeddings=length)
+        torch.manual_seed(0)
+        encoders = {
+            "gmlp dense W": GMLPModel(gmlp_config(spatial_weight_type="dense", **layers), add_pooling_layer=False),
+            "gmlp Toeplitz direct": GMLPModel(gmlp_config(spatial_fft_min_length=10**9, **layers), add_pooling_layer=False),
+            "gmlp Toeplitz FFT": GMLPModel(gmlp_config(spatial_fft_min_length=1, **layers), add_pooling_layer=False),
+            # Attention dropout off so that BERT takes SDPA's memory-efficient path at long lengths.
+            "BERT": BertModel(_bert_for_scaling(target, length, args.scaling_layers), add_pooling_layer=False),
+        }
+        input_ids = torch.randint(5, BASE["vocab_size"], (batch, length))
+
+        def encoder_step(model):
+            model.train()
+            model(input_ids=input_ids).last_hidden_state.mean().backward()
+            model.zero_grad(set_to_none=True)
+
+        encoder = interleaved({n: (lambda m=m: encoder_step(m)) for n, m in encoders.items()}, args.scaling_rounds, warmup=1)
+        tokens = batch * length
+        results["lengths"][length] = {
+            "batch_size": batch,
+            "spatial_projection_ms": {n: 1e3 * statistics.median(t) for n, t in spatial.items()},
+            "fft_vs_dense_spatial": paired_ratio(spatial, "Toeplitz FFT", "dense W"),
+            "fft_vs_direct_spatial": paired_ratio(spatial, "Toeplitz FFT", "Toeplitz direct"),
+            "encoder_tokens_per_second": {n: tokens / statistics.median(t) for n, t in encoder.items()},
+        }
+        print(f"  length {length}: done", file=sys.stderr, flush=True)
+    return results
+
+
+def _bert_for_scaling(target: int, length: int, layers: int) -> BertConfig:
+    """The parameter-matched BERT of the training table, with `layers` layers and `length` positions."""
+    config = bert_config_matching(target, 128, attention_probs_dropout_prob=0.0)
+    config.num_hidden_layers = layers
+    config.max_position_embeddings = length
+    return config
+
+
+# ------------------------------------------------------------------------------------------- memory
+
+
+def measure_memory_in_subprocess(name: str, bert_intermediate_size: int) -> float | None:
+    """Peak resident memory a fresh process adds while running three training steps of one case (MiB): weights
+    are in the baseline; optimizer state, gradients and activations are counted."""
+    command = [sys.executable, __file__, "--memory-case", name, "--threads", str(torch.get_num_threads()),
+               "--bert-intermediate-size", str(bert_intermediate_size)]
+    result = subprocess.run(command, capture_output=True, text=True, env=os.environ)
+    if result.returncode:
+        print(result.stderr[-2000:], file=sys.stderr)
+        return None
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def memory_case(name: str, bert_intermediate_size: int) -> None:
+    cases, _ = training_cases(only=name, bert_intermediate_size=bert_intermediate_size)
+    model, loss_fn, _ = cases[name]
+    input_ids, labels = mlm_batch(BATCH_SIZE, BASE["max_position_embeddings"])
+    step = training_step_fn(model, loss_fn, input_ids, labels)
+    # Nothing large has been freed yet, so the current resident size is also the high-water mark so far.
+    # /proc's VmHWM, not getrusage's ru_maxrss: the latter keeps the parent's high-water mark across fork + exec.
+    before = resident_kib("VmRSS")
+    for _ in range(3):
+        step()
+    print((resident_kib("VmHWM") - before) / 1024)
+
+
+def resident_kib(field: str) -> int:
+    """A memory field of /proc/self/status (VmRSS: resident now, VmHWM: resident high-water mark), in KiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}; peak memory is measured on Linux only.")
+
+
+# ------------------------------------------------------------------------------------------- report
+
+
+def machine_info(threads: int, peak: float) -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu, "cores": os.cpu_count(), "threads": threads, "torch": torch.__version__,
+        "python": platform.python_version(), "allocator_env": {k: os.environ.get(k) for k in ALLOCATOR_ENV},
+        "matmul_peak_gflops_fp32": peak / 1e9, "load_average_at_start": os.getloadavg(),
+    }
+
+
+def markdown(results: dict) -> str:
+    machine = results["machine"]
+    lines = [
+        f"Machine: {machine['cpu']}, {machine['threads']} threads, torch {machine['torch']}, fp32; measured dense "
+        f"matmul peak {machine['matmul_peak_gflops_fp32']:.0f} GFLOP/s; allocator env {machine['allocator_env']}; "
+        f"load average at start {tuple(round(x, 1) for x in machine['load_average_at_start'])}.",
+        "",
+    ]
+    if "training" in results:
+        training = results["training"]
+        lines += [
+            f"### MLM training step (forward + backward + AdamW), d_model 256, 12 layers, d_ffn 1536, n 128, "
+            f"vocab 30,522, batch 8, 15% labelled; BERT: 12 layers, hidden 256, 4 heads, intermediate "
+            f"{training['bert_intermediate_size']}",
+            "",
+            "| model | parameters | tokens/s | vs BertForMaskedLM | vs g-mlp-pytorch | GFLOP/step | MFU | peak step memory (MiB) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, row in training["rows"].items():
+            vs_lucid = f"{row['vs_g-mlp-pytorch']:.2f}x" if row["vs_g-mlp-pytorch"] else "-"
+            memory = f"{row['peak_step_memory_mib']:.0f}" if row["peak_step_memory_mib"] is not None else "-"
+            lines.append(
+                f"| {name} | {row['parameters'] / 1e6:.2f}M | {row['tokens_per_second']:.0f} | "
+                f"{row['vs_BertForMaskedLM']:.2f}x | {vs_lucid} | {row['flops_per_step'] / 1e9:.1f} | "
+                f"{100 * row['mfu']:.0f}% | {memory} |"
+            )
+        lines.append("")
+    if "inference" in results:
+        lines += ["### Encoder inference (no vocabulary projection), batch 8 x 128", "",
+                  "| model | tokens/s | vs BERT encoder | MFU |", "|---|---|---|---|"]
+        for name, row in results["inference"]["rows"].items():
+            lines.append(f"| {name} | {row['tokens_per_second']:.0f} | {row['vs_BERT_encoder']:.2f}x | {100 * row['mfu']:.0f}% |")
+        lines.append("")
+    if "compile" in results:
+        c = results["compile"]
+        lines += [
+            "### torch.compile (GMLPForMaskedLM, sparse_prediction)", "",
+            "| | eager tokens/s | compiled tokens/s | speed-up |", "|---|---|---|---|",
+            f"| training step | {c['training_tokens_per_second']['eager']:.0f} | "
+            f"{c['training_tokens_per_second']['compiled']:.0f} | {c['training_speedup']:.2f}x |",
+            f"| encoder inference | {c['inference_tokens_per_second']['eager']:.0f} | "
+            f"{c['inference_tokens_per_second']['compiled']:.0f} | {c['inference_speedup']:.2f}x |",
+            f"\nFirst compiled step (including compilation): {c['first_step_seconds_with_compilation']:.0f} s.", "",
+        ]
+    if "scaling" in results:
+        s = results["scaling"]
+        lines += [
+            f"### Sequence-length scaling, {s['tokens_per_step']} tokens per step (forward + backward)", "",
+            "Spatial projection alone (gate of 768 channels), ms per step:", "",
+            "| length | batch | dense W | Toeplitz direct | Toeplitz FFT | FFT vs dense | FFT vs direct |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for length, row in s["lengths"].items():
+            ms = row["spatial_projection_ms"]
+            lines.append(
+                f"| {length} | {row['batch_size']} | {ms['dense W']:.1f} | {ms['Toeplitz direct']:.1f} | "
+                f"{ms['Toeplitz FFT']:.1f} | {row['fft_vs_dense_spatial']:.2f}x | {row['fft_vs_direct_spatial']:.2f}x |"
+            )
+        lines += ["", f"Whole encoder ({s['encoder_layers']} layers), tokens/s:", "",
+                  "| length | gmlp dense W | gmlp Toeplitz direct | gmlp Toeplitz FFT | BERT (sdpa, attention dropout 0) |",
+                  "|---|---|---|---|---|"]
+        for length, row in s["lengths"].items():
+            t = row["encoder_tokens_per_second"]
+            lines.append(
+                f"| {length} | {t['gmlp dense W']:.0f} | {t['gmlp Toeplitz direct']:.0f} | "
+                f"{t['gmlp Toeplitz FFT']:.0f} | {t['BERT']:.0f} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_scaling(scaling: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lengths = [int(length) for length in scaling["lengths"]]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for name in ("dense W", "Toeplitz direct", "Toeplitz FFT"):
+        left.plot(lengths, [scaling["lengths"][k]["spatial_projection_ms"][name] for k in scaling["lengths"]], "o-", label=name)
+    left.set(xscale="log", yscale="log", xlabel="sequence length", ylabel="ms per step (fwd + bwd)",
+             title=f"Spatial projection, {scaling['tokens_per_step']} tokens/step")
+    for name in ("gmlp dense W", "gmlp Toeplitz direct", "gmlp Toeplitz FFT", "BERT"):
+        right.plot(lengths, [scaling["lengths"][k]["encoder_tokens_per_second"][name] for k in scaling["lengths"]], "o-", label=name)
+    right.set(xscale="log", xlabel="sequence length", ylabel="tokens/s (fwd + bwd)",
+              title=f"Encoder ({scaling['encoder_layers']} layers)")
+    for axis in (left, right):
+        axis.set_xticks(lengths, [str(length) for length in lengths])
+        axis.legend()
+        axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
+    parser.add_argument("--sections", default="training,inference,scaling,compile",
+                        help="comma-separated subset of training,inference,scaling,compile")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per table")
+    parser.add_argument("--repeats", type=int, default=2, help="steps per case per round")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])
+    parser.add_argument("--scaling-tokens", type=int, default=4096, help="tokens per step in the length scaling")
+    parser.add_argument("--scaling-layers", type=int, default=12)
+    parser.add_argument("--scaling-rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="3 rounds, 1 repeat, 2-layer encoder for the scaling")
+    parser.add_argument("--output", type=Path, default=RESULTS_DIR / "speed.json")
+    parser.add_argument("--system-malloc", action="store_true", help="keep glibc's default malloc settings")
+    parser.add_argument("--memory-case", help=argparse.SUPPRESS)
+    parser.add_argument("--bert-intermediate-size", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.repeats, args.scaling_layers, args.scaling_rounds = 3, 1, 2, 3
+    return args
+
+
+def main():
+    args = parse_args()
+    if not args.system_malloc and any(os.environ.get(k) != v for k, v in ALLOCATOR_ENV.items()):
+        # The allocator reads these once at process start, hence the re-exec.
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **ALLOCATOR_ENV})
+    torch.set_num_threads(args.threads)
+    if args.memory_case:
+        memory_case(args.memory_case, args.bert_intermediate_size)
+        return
+    peak = matmul_peak_flops()
+    results = {"machine": machine_info(args.threads, peak), "flop_formulas": FLOP_FORMULAS, "command": sys.argv}
+    sections = args.sections.split(",")
+    runners = {
+        "training": lambda: run_training(args, peak),
+        "inference": lambda: run_inference(args, peak),
+        "scaling": lambda: run_scaling(args),
+        "compile": lambda: run_compile(args),
+    }
+    for section in sections:
+        if section not in runners:
+            raise SystemExit(f"Unknown section {section!r}; choose from {', '.join(runners)}.")
+        print(f"running {section} ...", file=sys.stderr, flush=True)
+        results[section] = runners[section]()
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(results, indent=1, default=str))
+    if "scaling" in results:
+        plot_scaling(results["scaling"], args.output.with_name("throughput_vs_length.png"))
+    report = markdown(results)
+    args.output.with_suffix(".md").write_text(report)
+    print(report)
+
+
+if __name__ == "__main__":
+    main()

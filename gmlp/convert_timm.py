@@ -1,0 +1,134 @@
+"""Convert timm's gMLP image classifiers (`gmlp_ti16_224`, `gmlp_s16_224`, `gmlp_b16_224`) to `GMLPForImageClassification`.
+
+timm's `MlpMixer` with `SpatialGatingBlock` is the same network as ours: a conv patch stem, blocks of
+LayerNorm -> fc1 -> exact GELU -> split SGU (LayerNorm on the gate half, a Linear over the patches) -> fc2 with a
+residual, a final LayerNorm, the mean over patches and a linear head, all LayerNorms with eps 1e-6. Only the names
+differ, so conversion is a renaming (plus a head axis on the spatial weights). timm itself is needed only to build or
+download a model by name; a saved timm state dict (.pth / .safetensors) converts without it.
+
+    python -m gmlp.convert_timm --timm-model gmlp_s16_224 --output gmlp-s16-224      # timm's ImageNet weights
+    python -m gmlp.convert_timm --checkpoint gmlp_s16.pth --output gmlp-s16-224       # a local timm state dict
+"""
+
+import argparse
+import math
+import re
+from pathlib import Path
+
+import torch
+from transformers import ViTImageProcessorPil
+from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, PILImageResampling
+
+from .configuration_gmlp import GMLPVisionConfig
+from .modeling_gmlp import GMLPForImageClassification
+
+# timm name (a regular expression over one parameter's name) -> our name.
+_RENAMES = [
+    (r"stem\.proj\.", "gmlp.embeddings.projection."),
+    (r"blocks\.(\d+)\.norm\.", r"gmlp.encoder.layer.\1.norm."),
+    (r"blocks\.(\d+)\.mlp_channels\.fc1\.", r"gmlp.encoder.layer.\1.channel_proj_in."),
+    (r"blocks\.(\d+)\.mlp_channels\.gate\.norm\.", r"gmlp.encoder.layer.\1.sgu.gate_norm."),
+    (r"blocks\.(\d+)\.mlp_channels\.gate\.proj\.", r"gmlp.encoder.layer.\1.sgu.spatial_proj."),
+    (r"blocks\.(\d+)\.mlp_channels\.fc2\.", r"gmlp.encoder.layer.\1.channel_proj_out."),
+    (r"norm\.", "gmlp.final_norm."),
+    (r"head\.", "classifier."),
+]
+
+
+def _rename(timm_name: str) -> str:
+    for pattern, replacement in _RENAMES:
+        if re.match(pattern, timm_name):
+            return re.sub(f"^{pattern}", replacement, timm_name)
+    raise ValueError(
+        f"Unexpected parameter {timm_name!r} in the timm state dict: only timm's gMLP models (MlpMixer with "
+        f"SpatialGatingBlock, e.g. `gmlp_s16_224`) can be converted."
+    )
+
+
+def convert_timm_state_dict(timm_state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Rename a timm gMLP state dict to `GMLPForImageClassification`'s names and shapes."""
+    converted = {}
+    for name, tensor in timm_state_dict.items():
+        new_name = _rename(name)
+        if ".spatial_proj." in new_name:
+            tensor = tensor.unsqueeze(0)  # our W and b have a leading axis for the SGU heads; timm has one head
+        converted[new_name] = tensor
+    return converted
+
+
+def config_from_timm_state_dict(timm_state_dict: dict[str, torch.Tensor], **overrides) -> GMLPVisionConfig:
+    """The `GMLPVisionConfig` whose model has exactly the shapes of the given timm gMLP state dict."""
+    missing = [name for name in ("stem.proj.weight", "blocks.0.mlp_channels.gate.proj.weight", "head.weight")
+               if name not in timm_state_dict]
+    if missing:
+        raise ValueError(f"Not a timm gMLP classifier state dict: it has no {', '.join(missing)}.")
+    hidden_size, num_channels, patch_size, _ = timm_state_dict["stem.proj.weight"].shape
+    num_patches = timm_state_dict["blocks.0.mlp_channels.gate.proj.weight"].shape[0]
+    patches_per_side = math.isqrt(num_patches)
+    num_blocks = len({name.split(".")[1] for name in timm_state_dict if name.startswith("blocks.")})
+    fields = {
+        "hidden_size": hidden_size,
+        "num_channels": num_channels,
+        "patch_size": patch_size,
+        "image_size": patches_per_side * patch_size,
+        "intermediate_size": timm_state_dict["blocks.0.mlp_channels.fc1.weight"].shape[0],
+        "num_hidden_layers": num_blocks,
+        "num_labels": timm_state_dict["head.weight"].shape[0],
+        "layer_norm_eps": 1e-6,
+        "hidden_act": "gelu",
+    }
+    return GMLPVisionConfig(**{**fields, **overrides})
+
+
+def convert_timm_model(timm_state_dict: dict[str, torch.Tensor], **config_overrides) -> GMLPForImageClassification:
+    """A `GMLPForImageClassification` holding the weights of a timm gMLP state dict."""
+    model = GMLPForImageClassification(config_from_timm_state_dict(timm_state_dict, **config_overrides))
+    model.load_state_dict(convert_timm_state_dict(timm_state_dict), strict=True)
+    return model.eval()
+
+
+def timm_image_processor(image_size: int = 224) -> ViTImageProcessorPil:
+    """An image processor with timm's gMLP normalisation (ImageNet mean and std, bicubic resizing)."""
+    return ViTImageProcessorPil(
+        size={"height": image_size, "width": image_size},
+        resample=PILImageResampling.BICUBIC,
+        image_mean=list(IMAGENET_DEFAULT_MEAN),
+        image_std=list(IMAGENET_DEFAULT_STD),
+    )
+
+
+def _load_timm_state_dict(checkpoint: str | None, timm_model: str | None) -> dict[str, torch.Tensor]:
+    if checkpoint:
+        if checkpoint.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            return load_file(checkpoint)
+        state_dict = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        return state_dict.get("state_dict", state_dict)
+    try:
+        import timm
+    except ImportError as error:
+        raise SystemExit(
+            "--timm-model needs timm (`pip install timm`); or pass --checkpoint with a saved timm state dict."
+        ) from error
+    return timm.create_model(timm_model, pretrained=True).state_dict()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Convert a timm gMLP image classifier to a Transformers checkpoint.")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--timm-model", help="timm model name to download, e.g. gmlp_s16_224 (needs timm)")
+    source.add_argument("--checkpoint", help="a local timm gMLP state dict (.pth/.bin or .safetensors)")
+    parser.add_argument("--output", required=True, help="directory to write the Transformers checkpoint to")
+    args = parser.parse_args(argv)
+
+    model = convert_timm_model(_load_timm_state_dict(args.checkpoint, args.timm_model))
+    output = Path(args.output)
+    model.save_pretrained(output)
+    timm_image_processor(model.config.image_size).save_pretrained(output)
+    parameters = sum(p.numel() for p in model.parameters())
+    print(f"Wrote {output} ({parameters / 1e6:.2f}M parameters, {model.config.num_labels} classes).")
+
+
+if __name__ == "__main__":
+    main()
