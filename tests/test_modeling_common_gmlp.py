@@ -1,0 +1,306 @@
+"""gMLP and aMLP held to Transformers' own standard: the library's common model tests (`ModelTesterMixin`, v5.23.0).
+
+Laid out like Transformers' `tests/models/bert/test_modeling_bert.py`: a `GMLPModelTester` builds tiny configs and
+inputs, and each test class runs every common test over its `all_model_classes`. `GMLPForCausalLM` needs a causal
+config (`is_decoder=True`), so the encoder heads and the causal LM have separate classes, for gMLP and for aMLP
+(`tiny_attention_size > 0`, whose tiny attention gives `output_attentions` something to return).
+
+No common test is skipped here by hand: those that do not apply (attention backends such as sdpa/flash/flex, position
+embeddings, RoPE, key/value caches, experts, tensor parallelism, accelerators) skip themselves, each with its reason,
+from what the model declares (`has_attentions`, `_supports_sdpa`, no position embeddings, ...); `pytest -rs` lists them.
+"""
+
+import unittest
+from unittest import mock
+
+import torch
+from transformers.models.auto.modeling_auto import (
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES,
+    MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES,
+    MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+    MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
+    MODEL_MAPPING_NAMES,
+)
+from transformers.testing_utils import require_torch, torch_device
+from transformers_common.generation_tester import GenerationTesterMixin
+from transformers_common.test_configuration_common import ConfigTester
+from transformers_common.test_modeling_common import ModelTesterMixin, ids_tensor, random_attention_mask
+
+from gmlp import (
+    GMLPConfig,
+    GMLPForCausalLM,
+    GMLPForMaskedLM,
+    GMLPForMultipleChoice,
+    GMLPForQuestionAnswering,
+    GMLPForSequenceClassification,
+    GMLPForTokenClassification,
+    GMLPModel,
+)
+
+# The common tests tell a model's task (which inputs to expand per choice, which labels `return_labels=True` builds,
+# which class is the bare base model) by its class name in the Auto `*_MAPPING_NAMES` tables of the library's own
+# models. gMLP registers through `Auto*.register` instead (gmlp/__init__.py), so this module adds it to those tables.
+TASK_TABLES = {
+    "MODEL_MAPPING_NAMES": (MODEL_MAPPING_NAMES, GMLPModel),
+    "MODEL_FOR_MASKED_LM_MAPPING_NAMES": (MODEL_FOR_MASKED_LM_MAPPING_NAMES, GMLPForMaskedLM),
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES": (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, GMLPForCausalLM),
+    "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES": (
+        MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+        GMLPForSequenceClassification,
+    ),
+    "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES": (MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES, GMLPForMultipleChoice),
+    "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES": (
+        MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
+        GMLPForTokenClassification,
+    ),
+    "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES": (
+        MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES,
+        GMLPForQuestionAnswering,
+    ),
+}
+_task_table_patches = [
+    mock.patch.dict(table, {"gmlp": model_class.__name__}) for table, model_class in TASK_TABLES.values()
+]
+
+
+def setUpModule():
+    for patch in _task_table_patches:
+        patch.start()
+
+
+def tearDownModule():
+    for patch in _task_table_patches:
+        patch.stop()
+
+
+class GMLPModelTester:
+    def __init__(
+        self,
+        parent,
+        batch_size=3,
+        seq_length=7,
+        is_training=True,
+        vocab_size=99,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        max_position_embeddings=16,
+        type_vocab_size=2,
+        tiny_attention_size=0,
+        is_decoder=False,
+        type_sequence_label_size=2,
+        num_labels=3,
+        num_choices=4,
+    ):
+        self.parent = parent
+        self.batch_size = batch_size
+        self.seq_length = seq_length
+        self.is_training = is_training
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.num_hidden_layers = num_hidden_layers
+        self.max_position_embeddings = max_position_embeddings
+        self.type_vocab_size = type_vocab_size
+        self.tiny_attention_size = tiny_attention_size
+        self.is_decoder = is_decoder
+        self.type_sequence_label_size = type_sequence_label_size
+        self.num_labels = num_labels
+        self.num_choices = num_choices
+        # aMLP's tiny attention is a single head (paper, Figure 6).
+        self.num_attention_heads = 1
+
+    def get_config(self):
+        return GMLPConfig(
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_hidden_layers,
+            max_position_embeddings=self.max_position_embeddings,
+            type_vocab_size=self.type_vocab_size,
+            tiny_attention_size=self.tiny_attention_size,
+            is_decoder=self.is_decoder,
+            num_labels=self.num_labels,
+        )
+
+    def prepare_config_and_inputs(self):
+        input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
+        input_mask = random_attention_mask([self.batch_size, self.seq_length])
+        token_type_ids = ids_tensor([self.batch_size, self.seq_length], self.type_vocab_size)
+        sequence_labels = ids_tensor([self.batch_size], self.type_sequence_label_size)
+        token_labels = ids_tensor([self.batch_size, self.seq_length], self.num_labels)
+        choice_labels = ids_tensor([self.batch_size], self.num_choices)
+        config = self.get_config()
+        return config, input_ids, token_type_ids, input_mask, sequence_labels, token_labels, choice_labels
+
+    def prepare_config_and_inputs_for_common(self):
+        config, input_ids, token_type_ids, input_mask, *_ = self.prepare_config_and_inputs()
+        inputs_dict = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": input_mask}
+        return config, inputs_dict
+
+    def create_and_check_model(self, config, input_ids, token_type_ids, input_mask, *args):
+        model = GMLPModel(config).to(torch_device).eval()
+        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids)
+        result = model(input_ids, token_type_ids=token_type_ids)
+        result = model(input_ids)
+        self.parent.assertEqual(result.last_hidden_state.shape, (self.batch_size, self.seq_length, self.hidden_size))
+        self.parent.assertEqual(result.pooler_output.shape, (self.batch_size, self.hidden_size))
+
+    def create_and_check_for_masked_lm(self, config, input_ids, token_type_ids, input_mask, *args):
+        token_labels = args[1]
+        model = GMLPForMaskedLM(config).to(torch_device).eval()
+        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids, labels=token_labels)
+        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.seq_length, self.vocab_size))
+        self.parent.assertEqual(result.loss.shape, ())
+
+    def create_and_check_for_causal_lm(self, config, input_ids, token_type_ids, input_mask, *args):
+        model = GMLPForCausalLM(config).to(torch_device).eval()
+        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids, labels=input_ids)
+        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.seq_length, self.vocab_size))
+        # Causal: the logits at position t do not change when later tokens do.
+        changed = input_ids.clone()
+        changed[:, -1] = (changed[:, -1] + 1) % self.vocab_size
+        other = model(changed, attention_mask=input_mask, token_type_ids=token_type_ids)
+        torch.testing.assert_close(other.logits[:, :-1], result.logits[:, :-1])
+
+    def create_and_check_for_question_answering(self, config, input_ids, token_type_ids, input_mask, *args):
+        sequence_labels = args[0]
+        model = GMLPForQuestionAnswering(config).to(torch_device).eval()
+        result = model(
+            input_ids,
+            attention_mask=input_mask,
+            token_type_ids=token_type_ids,
+            start_positions=sequence_labels,
+            end_positions=sequence_labels,
+        )
+        self.parent.assertEqual(result.start_logits.shape, (self.batch_size, self.seq_length))
+        self.parent.assertEqual(result.end_logits.shape, (self.batch_size, self.seq_length))
+
+    def create_and_check_for_sequence_classification(self, config, input_ids, token_type_ids, input_mask, *args):
+        sequence_labels = args[0]
+        model = GMLPForSequenceClassification(config).to(torch_device).eval()
+        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids, labels=sequence_labels)
+        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.num_labels))
+
+    def create_and_check_for_token_classification(self, config, input_ids, token_type_ids, input_mask, *args):
+        token_labels = args[1]
+        model = GMLPForTokenClassification(config).to(torch_device).eval()
+        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids, labels=token_labels)
+        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.seq_length, self.num_labels))
+
+    def create_and_check_for_multiple_choice(self, config, input_ids, token_type_ids, input_mask, *args):
+        choice_labels = args[2]
+        model = GMLPForMultipleChoice(config).to(torch_device).eval()
+
+        def per_choice(tensor):
+            return tensor.unsqueeze(1).expand(-1, self.num_choices, -1).contiguous()
+
+        result = model(
+            per_choice(input_ids),
+            attention_mask=per_choice(input_mask),
+            token_type_ids=per_choice(token_type_ids),
+            labels=choice_labels,
+        )
+        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.num_choices))
+
+
+@require_torch
+class GMLPModelTest(ModelTesterMixin, unittest.TestCase):
+    """The encoder heads of gMLP (no tiny attention)."""
+
+    all_model_classes = (
+        GMLPModel,
+        GMLPForMaskedLM,
+        GMLPForMultipleChoice,
+        GMLPForQuestionAnswering,
+        GMLPForSequenceClassification,
+        GMLPForTokenClassification,
+    )
+    tiny_attention_size = 0
+    is_decoder = False
+    # The common test infers a model's age from a copyright year in its config file and only checks models from
+    # 2023 on unless this is set; gMLP's `_init_weights` must initialise every weight (meta device, partial loads).
+    test_can_init_all_missing_weights_before_2023 = True
+
+    @property
+    def has_attentions(self):
+        return self.tiny_attention_size > 0
+
+    def setUp(self):
+        self.model_tester = GMLPModelTester(
+            self, tiny_attention_size=self.tiny_attention_size, is_decoder=self.is_decoder
+        )
+        self.config_tester = ConfigTester(
+            self,
+            config_class=GMLPConfig,
+            hidden_size=37,
+            intermediate_size=64,
+            common_properties=["hidden_size", "num_hidden_layers"],
+        )
+
+    def test_config(self):
+        self.config_tester.run_common_tests()
+
+    def test_model(self):
+        config_and_inputs = self.model_tester.prepare_config_and_inputs()
+        self.model_tester.create_and_check_model(*config_and_inputs)
+
+    def test_for_masked_lm(self):
+        self.model_tester.create_and_check_for_masked_lm(*self.model_tester.prepare_config_and_inputs())
+
+    def test_for_question_answering(self):
+        self.model_tester.create_and_check_for_question_answering(*self.model_tester.prepare_config_and_inputs())
+
+    def test_for_sequence_classification(self):
+        self.model_tester.create_and_check_for_sequence_classification(*self.model_tester.prepare_config_and_inputs())
+
+    def test_for_token_classification(self):
+        self.model_tester.create_and_check_for_token_classification(*self.model_tester.prepare_config_and_inputs())
+
+    def test_for_multiple_choice(self):
+        self.model_tester.create_and_check_for_multiple_choice(*self.model_tester.prepare_config_and_inputs())
+
+
+class AMLPModelTest(GMLPModelTest):
+    """aMLP: gMLP with a single-head tiny attention in every gate.
+
+    The tiny attention lives in the base model's blocks; the heads on top are the same modules as gMLP's (tested
+    above), so the base, a token-level head and the multiple-choice head (which folds choices into the batch of the
+    returned attentions) cover it.
+    """
+
+    all_model_classes = (GMLPModel, GMLPForMaskedLM, GMLPForMultipleChoice)
+    tiny_attention_size = 8
+
+
+@require_torch
+class GMLPForCausalLMModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestCase):
+    """The causal model (`is_decoder=True`: lower-triangular W) and its base, with `generate`."""
+
+    # The causal base model is checked by `test_model` and as the causal LM's `gmlp`.
+    all_model_classes = (GMLPForCausalLM,)
+    tiny_attention_size = 0
+    is_decoder = True
+
+    test_can_init_all_missing_weights_before_2023 = True
+    has_attentions = GMLPModelTest.has_attentions
+    setUp = GMLPModelTest.setUp
+    test_config = GMLPModelTest.test_config
+    test_model = GMLPModelTest.test_model
+
+    def test_for_causal_lm(self):
+        self.model_tester.create_and_check_for_causal_lm(*self.model_tester.prepare_config_and_inputs())
+
+    def test_causal_lm_requires_is_decoder(self):
+        config = self.model_tester.get_config()
+        config.is_decoder = False
+        with self.assertRaisesRegex(ValueError, "is_decoder=True"):
+            GMLPForCausalLM(config)
+
+
+class AMLPForCausalLMModelTest(GMLPForCausalLMModelTest):
+    """aMLP's causal model: causal W and causal tiny attention."""
+
+    tiny_attention_size = 8
