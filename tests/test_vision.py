@@ -226,11 +226,19 @@ def test_image_processor_and_pipeline(tmp_path):
 
 
 def import_timm():
-    """timm, or a skip; in CI (where .ci/run installs timm with --no-deps) a missing timm is a failure."""
+    """timm, or a skip; in CI (where .ci/run installs timm) a missing timm is a failure.
+
+    timm is kept out of the environment's site-packages (`pip install --no-deps --target DIR timm`, DIR in
+    GMLP_TIMM_PATH): installed there without torchvision it would break `accelerate launch`, which imports timm
+    when it finds it.
+    """
+    timm_path = os.environ.get("GMLP_TIMM_PATH")
+    if timm_path and timm_path not in sys.path:
+        sys.path.append(timm_path)
     if importlib.util.find_spec("timm") is None:
         if os.environ.get("CI"):
-            pytest.fail("timm is not installed: .ci/run must `pip install --no-deps timm`.")
-        pytest.skip("timm is not installed (`pip install --no-deps timm`)")
+            pytest.fail("timm is not installed: .ci/run must `pip install --no-deps --target DIR timm` (GMLP_TIMM_PATH=DIR).")
+        pytest.skip("timm is not installed (`pip install --no-deps --target DIR timm`, then GMLP_TIMM_PATH=DIR)")
     return _import_timm()
 
 

@@ -1,0 +1,295 @@
+"""GLUE for `run_glue.py`: the task table, readers of GLUE's official TSV folders, label checks and metrics.
+
+Every dataset this module returns has the columns and label names of the Hub's `nyu-mll/glue` (e.g. `sentence1`,
+`sentence2`, `label`, `idx`), whether it comes from the Hub, a GLUE folder or a csv/json file.
+"""
+
+import csv
+import os
+from dataclasses import dataclass
+
+import datasets
+import numpy as np
+
+from .metrics import load_metric
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    """One GLUE task: its Hub columns and labels, and where they are in GLUE's TSV files."""
+
+    name: str
+    folder: str  # the task's folder in GLUE's data layout, e.g. "SST-2"
+    text_columns: tuple[str, ...]  # Hub column names, e.g. ("sentence1", "sentence2")
+    label_names: tuple[str, ...] | None  # None for regression (STS-B)
+    tsv_columns: dict[str, str]  # Hub column -> TSV header field ("label" included)
+    headerless_fields: tuple[str, ...] | None = None  # field names of CoLA's train/dev files, which have no header
+    eval_splits: tuple[str, ...] = ("validation",)
+    test_splits: tuple[str, ...] = ("test",)
+    ids_allowed: bool = True  # labels may be given as ids (0, 1, ...) as well as names
+
+    @property
+    def is_regression(self) -> bool:
+        return self.label_names is None
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.is_regression else len(self.label_names)
+
+
+_PAIR = {"sentence1": "sentence1", "sentence2": "sentence2"}
+GLUE_TASKS = {
+    task.name: task
+    for task in [
+        GlueTask(
+            "cola", "CoLA", ("sentence",), ("unacceptable", "acceptable"), {"sentence": "sentence", "label": "label"},
+            headerless_fields=("source", "label", "orig_label", "sentence"),
+        ),
+        GlueTask("sst2", "SST-2", ("sentence",), ("negative", "positive"), {"sentence": "sentence", "label": "label"}),
+        GlueTask(
+            "mrpc", "MRPC", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"),
+            {"sentence1": "#1 String", "sentence2": "#2 String", "label": "Quality"},
+        ),
+        GlueTask("stsb", "STS-B", ("sentence1", "sentence2"), None, {**_PAIR, "label": "score"}),
+        GlueTask(
+            "qqp", "QQP", ("question1", "question2"), ("not_duplicate", "duplicate"),
+            {"question1": "question1", "question2": "question2", "label": "is_duplicate"},
+        ),
+        GlueTask(
+            "mnli", "MNLI", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"),
+            {"premise": "sentence1", "hypothesis": "sentence2", "label": "gold_label"},
+            eval_splits=("validation_matched", "validation_mismatched"),
+            test_splits=("test_matched", "test_mismatched"),
+        ),
+        GlueTask(
+            "qnli", "QNLI", ("question", "sentence"), ("entailment", "not_entailment"),
+            {"question": "question", "sentence": "sentence", "label": "label"},
+        ),
+        GlueTask(
+            "rte", "RTE", ("sentence1", "sentence2"), ("entailment", "not_entailment"), {**_PAIR, "label": "label"}
+        ),
+        GlueTask("wnli", "WNLI", ("sentence1", "sentence2"), ("not_entailment", "entailment"), {**_PAIR, "label": "label"}),
+    ]
+}
+
+# Split -> file stem in GLUE's layout.
+SPLIT_FILES = {
+    "train": "train",
+    "validation": "dev",
+    "validation_matched": "dev_matched",
+    "validation_mismatched": "dev_mismatched",
+    "test": "test",
+    "test_matched": "test_matched",
+    "test_mismatched": "test_mismatched",
+}
+
+
+def get_task(name: str) -> GlueTask:
+    """The GLUE task `name` (case-insensitive: "sst2", "SST-2" and "sst-2" all work)."""
+    key = name.lower().replace("-", "")
+    if key not in GLUE_TASKS:
+        raise ValueError(f"Unknown GLUE task {name!r}; choose one of {', '.join(GLUE_TASKS)}.")
+    return GLUE_TASKS[key]
+
+
+def dataset_features(task: GlueTask) -> datasets.Features:
+    """The Hub's features for `task`: the text columns, `label` (a ClassLabel, or float32 for STS-B) and `idx`."""
+    label = datasets.Value("float32") if task.is_regression else datasets.ClassLabel(names=list(task.label_names))
+    return datasets.Features(
+        {**{column: datasets.Value("string") for column in task.text_columns}, "label": label, "idx": datasets.Value("int32")}
+    )
+
+
+def load_glue_dir(glue_dir: str, task: GlueTask, splits) -> datasets.DatasetDict:
+    """The `splits` of `task` from a GLUE folder (`<glue_dir>/<folder>/{train,dev,test}.tsv`, GLUE's own layout).
+
+    A split may also be a `.jsonl` file with the Hub's column names (e.g. MNLI's `dev_matched.jsonl`). Test files
+    have no labels: their `label` is -1, as on the Hub.
+    """
+    task_dir = os.path.join(glue_dir, task.folder)
+    if not os.path.isdir(task_dir):
+        raise FileNotFoundError(
+            f"No {task.folder} folder in --glue_dir {glue_dir!r}: expected GLUE's layout {task_dir}/train.tsv, dev.tsv."
+        )
+    result = {}
+    for split in splits:
+        stem = os.path.join(task_dir, SPLIT_FILES[split])
+        if os.path.isfile(stem + ".tsv"):
+            rows = read_glue_tsv(stem + ".tsv", task, is_test=split.startswith("test"))
+        elif os.path.isfile(stem + ".jsonl"):
+            rows = read_glue_jsonl(stem + ".jsonl", task)
+        else:
+            raise FileNotFoundError(
+                f"The {split} split of {task.name} needs {stem}.tsv (GLUE's layout) or {stem}.jsonl; neither exists."
+            )
+        result[split] = datasets.Dataset.from_list(rows, features=dataset_features(task))
+    return datasets.DatasetDict(result)
+
+
+def read_glue_tsv(path: str, task: GlueTask, is_test: bool = False) -> list[dict]:
+    """The examples of one GLUE TSV file, with the Hub's columns; labels checked and mapped to ids."""
+    # GLUE's sentences contain unbalanced `"`, so no quoting; MRPC's header starts with a byte-order mark.
+    with open(path, encoding="utf-8-sig", newline="") as file:
+        reader = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
+        if task.headerless_fields and not is_test:
+            header = list(task.headerless_fields)
+        else:
+            header = next(reader)
+        wanted = {column: source for column, source in task.tsv_columns.items() if not (is_test and column == "label")}
+        missing = [source for source in wanted.values() if source not in header]
+        if missing:
+            raise ValueError(f"{path} has no column(s) {missing} (its header: {header}); is it GLUE's {task.folder} file?")
+        positions = {column: header.index(source) for column, source in wanted.items()}
+        # MNLI's gold label is the last column, after a variable number of annotator labels.
+        if task.name == "mnli" and "label" in positions:
+            positions["label"] = -1
+        index_position = header.index("index") if "index" in header else None
+        rows = []
+        first_line = 1 if task.headerless_fields and not is_test else 2
+        for line_number, fields in enumerate(reader, start=first_line):
+            if len(fields) <= max(position for position in positions.values()):
+                raise ValueError(f"{path}, line {line_number}: {len(fields)} fields, fewer than the header's {len(header)}.")
+            row = {column: fields[position] for column, position in positions.items()}
+            row["label"] = -1 if is_test else encode_label(row["label"], task, f"{path}, line {line_number}")
+            row["idx"] = int(fields[index_position]) if index_position is not None else len(rows)
+            rows.append(row)
+    return rows
+
+
+def read_glue_jsonl(path: str, task: GlueTask) -> list[dict]:
+    """The examples of a JSON-lines file with the Hub's column names (labels as names or ids)."""
+    dataset = datasets.load_dataset("json", data_files=path, split="train")
+    missing = [column for column in (*task.text_columns, "label") if column not in dataset.column_names]
+    if missing:
+        raise ValueError(f"{path} has no column(s) {missing} (its columns: {dataset.column_names}).")
+    return [
+        {
+            **{column: example[column] for column in task.text_columns},
+            "label": encode_label(example["label"], task, f"{path}, line {index + 1}"),
+            "idx": example.get("idx", index),
+        }
+        for index, example in enumerate(dataset)
+    ]
+
+
+def encode_label(value, task: GlueTask, where: str) -> int | float:
+    """`value` (a label name, or an id as int or string) as the task's label id, or as a float for regression.
+
+    Raises ValueError naming `where` and the task's labels for a value that is not one of them.
+    """
+    if task.is_regression:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: label {value!r} is not a number; {task.name} is a regression task.") from None
+    if isinstance(value, str):
+        if value in task.label_names:
+            return task.label_names.index(value)
+        label_id = int(value) if value.isdigit() and task.ids_allowed else None
+    else:
+        label_id = value if isinstance(value, int) and task.ids_allowed else None
+    if label_id is None or not 0 <= label_id < task.num_labels:
+        raise ValueError(
+            f"{where}: label {value!r} is not a {task.name} label; the labels are "
+            f"{', '.join(f'{i} = {name!r}' for i, name in enumerate(task.label_names))}."
+        )
+    return label_id
+
+
+def encode_task_labels(dataset: datasets.Dataset, task: GlueTask, source: str, labelled: bool = True) -> datasets.Dataset:
+    """A csv/json `dataset` with `task`'s columns, its labels checked and cast to the task's label ids (-1, as on
+    the Hub, for an unlabelled test set)."""
+    columns = (*task.text_columns, "label") if labelled else task.text_columns
+    missing = [column for column in columns if column not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"{source} has no column(s) {missing} (its columns: {dataset.column_names}); --task_name {task.name} "
+            f"needs the columns {list(columns)}."
+        )
+    if not labelled:
+        values = None
+    elif task.ids_allowed or task.is_regression:
+        values = dataset["label"]
+    else:
+        values = [str(value) for value in dataset["label"]]
+    if values is None:
+        labels = [-1] * len(dataset)
+    else:
+        labels = [encode_label(value, task, f"{source}, example {i}") for i, value in enumerate(values)]
+    if "label" in dataset.column_names:
+        dataset = dataset.remove_columns("label")
+    dataset = dataset.add_column("label", labels)
+    if "idx" not in dataset.column_names:
+        dataset = dataset.add_column("idx", list(range(len(dataset))))
+    return dataset.select_columns(list(dataset_features(task))).cast(dataset_features(task))
+
+
+def custom_task(train: datasets.Dataset, source: str) -> GlueTask:
+    """A task for a custom csv/json dataset: its text columns, and its labels (the sorted distinct training labels,
+    as strings, or regression for float labels)."""
+    if "label" not in train.column_names:
+        raise ValueError(f"{source} has no `label` column (its columns: {train.column_names}); name the label column `label`.")
+    text_columns = infer_text_columns(train.column_names)
+    if train.features["label"].dtype.startswith("float"):
+        return GlueTask("custom", "", text_columns, None, {})
+    label_names = tuple(sorted({str(label) for label in train["label"]}))
+    return GlueTask("custom", "", text_columns, label_names, {}, ids_allowed=False)
+
+
+def infer_text_columns(column_names: list[str]) -> tuple[str, ...]:
+    """The text columns of a custom dataset: `sentence1`/`sentence2` if present, else the first one or two
+    non-label columns (as in Transformers' run_glue)."""
+    if "sentence1" in column_names:
+        return ("sentence1", "sentence2") if "sentence2" in column_names else ("sentence1",)
+    others = [name for name in column_names if name not in ("label", "idx")]
+    if not others:
+        raise ValueError(f"The data has no text column besides the label (its columns: {column_names}).")
+    return tuple(others[:2])
+
+
+def metric_config(task_name: str | None, is_regression: bool, num_labels: int) -> str:
+    """The `glue` metric configuration for a task, or for custom data: Pearson/Spearman for regression,
+    accuracy and F1 for two classes, accuracy for more."""
+    if task_name is not None:
+        return task_name
+    if is_regression:
+        return "stsb"
+    return "mrpc" if num_labels == 2 else "mnli"
+
+
+def glue_compute_metrics(config_name: str, is_regression: bool, **load_kwargs):
+    """A `compute_metrics` function for the Trainer that scores with the packaged `glue` metric."""
+    metric = load_metric("glue", config_name, **load_kwargs)
+
+    def compute_metrics(eval_prediction):
+        logits = eval_prediction.predictions[0] if isinstance(eval_prediction.predictions, tuple) else eval_prediction.predictions
+        predictions = np.squeeze(logits) if is_regression else np.argmax(logits, axis=1)
+        return metric.compute(predictions=predictions, references=eval_prediction.label_ids)
+
+    return compute_metrics
+
+
+def write_predictions(path: str, predictions: np.ndarray, label_names: list[str] | None) -> None:
+    """Write GLUE's submission format: `index<TAB>prediction`, the label name (or the score for regression)."""
+    with open(path, "w", encoding="utf-8") as file:
+        file.write("index\tprediction\n")
+        for index, prediction in enumerate(predictions):
+            value = f"{prediction:.3f}" if label_names is None else label_names[int(prediction)]
+            file.write(f"{index}\t{value}\n")
+
+
+__all__ = [
+    "GLUE_TASKS",
+    "GlueTask",
+    "custom_task",
+    "dataset_features",
+    "encode_label",
+    "encode_task_labels",
+    "get_task",
+    "glue_compute_metrics",
+    "infer_text_columns",
+    "load_glue_dir",
+    "metric_config",
+    "read_glue_tsv",
+    "write_predictions",
+]

@@ -1,0 +1,129 @@
+"""Masked-language-model data for `run_mlm.py`: the packaged default text, tokenization (line by line or in
+blocks), the on-the-fly tokenizer, and the masked-token metrics."""
+
+import logging
+import math
+from itertools import chain
+from pathlib import Path
+
+import datasets
+import numpy as np
+from transformers import AutoTokenizer, TrainingArguments, pipeline
+
+from .tokenization_gmlp import train_tokenizer
+
+logger = logging.getLogger(__name__)
+
+# The Encyclopaedia Britannica 11th edition (1911, public domain) article "Shakespeare, William", about 31,700 words
+# of English prose; see data/README.md for its source and cleaning.
+DEFAULT_TRAIN_FILE = str(Path(__file__).parent / "data" / "eb1911_shakespeare.txt")
+
+
+def text_column_of(dataset: datasets.Dataset) -> str:
+    """The column holding the text: "text" if there is one, else the first column (as in Transformers' run_mlm)."""
+    return "text" if "text" in dataset.column_names else dataset.column_names[0]
+
+
+def train_or_load_tokenizer(
+    train_dataset: datasets.Dataset, vocab_size: int, model_max_length: int, training_args: TrainingArguments
+):
+    """A WordPiece tokenizer trained on `train_dataset`'s text, saved to the output directory.
+
+    The main process trains it and the others load the saved copy, so that every process of a multi-process run
+    has the same vocabulary.
+    """
+    with training_args.main_process_first(desc="training the tokenizer"):
+        if training_args.process_index == 0:
+            logger.info(f"Training a WordPiece tokenizer of {vocab_size} tokens on the training data")
+            tokenizer = train_tokenizer(
+                train_dataset, vocab_size=vocab_size, model_max_length=model_max_length,
+                text_column=text_column_of(train_dataset),
+            )
+            tokenizer.save_pretrained(training_args.output_dir)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(training_args.output_dir)
+    return tokenizer
+
+
+def tokenize_for_mlm(
+    raw_datasets: datasets.DatasetDict,
+    tokenizer,
+    max_seq_length: int,
+    line_by_line: bool,
+    training_args: TrainingArguments,
+    num_proc: int | None = None,
+    whole_word_mask: bool = False,
+) -> datasets.DatasetDict:
+    """Token ids for MLM: each non-empty line truncated to `max_seq_length` (`line_by_line`), or all the text
+    concatenated and cut into blocks of exactly `max_seq_length` tokens (the remainder of each batch of 1,000
+    texts is dropped, as in Transformers' run_mlm)."""
+    split = next(iter(raw_datasets.values()))
+    text_column = text_column_of(split)
+    # The special-tokens mask lets the collator skip [CLS]/[SEP] without recomputing it.
+    extra_outputs = {"return_special_tokens_mask": True, "return_offsets_mapping": whole_word_mask}
+
+    def tokenize_lines(examples):
+        lines = [line for line in examples[text_column] if line and not line.isspace()]
+        # The collator cannot pad offset mappings, so whole-word masking pads every line to max_seq_length here.
+        padding = "max_length" if whole_word_mask else False
+        return tokenizer(lines, truncation=True, max_length=max_seq_length, padding=padding, **extra_outputs)
+
+    def tokenize_all(examples):
+        return tokenizer(examples[text_column], **extra_outputs)
+
+    def group_texts(examples):
+        concatenated = {key: list(chain(*examples[key])) for key in examples}
+        total_length = len(concatenated["input_ids"]) // max_seq_length * max_seq_length
+        return {
+            key: [tokens[i : i + max_seq_length] for i in range(0, total_length, max_seq_length)]
+            for key, tokens in concatenated.items()
+        }
+
+    with training_args.main_process_first(desc="tokenizing"):
+        tokenized = raw_datasets.map(
+            tokenize_lines if line_by_line else tokenize_all,
+            batched=True,
+            num_proc=num_proc,
+            remove_columns=split.column_names,
+            desc="Tokenizing",
+        )
+        if not line_by_line:
+            tokenized = tokenized.map(group_texts, batched=True, num_proc=num_proc, desc=f"Grouping into blocks of {max_seq_length}")
+    for name, dataset in tokenized.items():
+        if len(dataset) == 0:
+            raise ValueError(
+                f"The {name} split has no example after tokenization: its text is shorter than one block of "
+                f"--max_seq_length {max_seq_length} tokens. Give more text, a smaller --max_seq_length, or --line_by_line."
+            )
+    return tokenized
+
+
+def masked_token_predictions(logits, labels):
+    """The predicted token ids (for `preprocess_logits_for_metrics`: keeps only the argmax, not the vocab logits)."""
+    if isinstance(logits, tuple):
+        logits = logits[0]
+    return logits.argmax(dim=-1)
+
+
+def masked_token_accuracy(eval_prediction) -> dict:
+    """Accuracy of the predictions at the masked (labelled) positions, for `compute_metrics`."""
+    predictions, labels = eval_prediction
+    masked = labels != -100
+    return {"accuracy": float(np.mean(predictions[masked] == labels[masked]))}
+
+
+def perplexity(eval_loss: float) -> float:
+    """exp(loss), or infinity when it overflows."""
+    try:
+        return math.exp(eval_loss)
+    except OverflowError:
+        return math.inf
+
+
+def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[dict]:
+    """The `top_k` fill-mask predictions for `text`, which must contain the tokenizer's mask token once."""
+    if text.count(tokenizer.mask_token) != 1:
+        raise ValueError(f"The fill-mask text must contain the mask token {tokenizer.mask_token!r} once, got {text!r}.")
+    fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, device=model.device)
+    return fill(text, top_k=top_k)
+

@@ -1,0 +1,197 @@
+#!/usr/bin/env python
+"""Pretrain or fine-tune a gMLP/aMLP masked language model on a Hub dataset or local text files.
+
+With no arguments at all it runs the offline demo: gmlp-tiny pretrained for a few minutes on the English text that
+ships with the package (Encyclopaedia Britannica 1911, "Shakespeare"), saved to ./gmlp-tiny-mlm, then a fill-mask
+prediction. Follows Transformers' examples/pytorch/language-modeling/run_mlm.py.
+"""
+
+import logging
+import sys
+from dataclasses import dataclass, field
+
+import datasets
+from transformers import AutoModelForMaskedLM, DataCollatorForLanguageModeling, Trainer, TrainingArguments, set_seed
+
+import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
+from gmlp.mlm import (
+    DEFAULT_TRAIN_FILE,
+    fill_mask,
+    masked_token_accuracy,
+    masked_token_predictions,
+    perplexity,
+    tokenize_for_mlm,
+    train_or_load_tokenizer,
+)
+from gmlp.training import (
+    ModelArguments,
+    check_max_seq_length,
+    load_config,
+    load_data_files,
+    load_model,
+    load_tokenizer,
+    parse_arguments,
+    publish,
+    record_metrics,
+    resolve_checkpoint,
+    select_samples,
+    setup_logging,
+    train_and_save,
+    warn_if_checkpoints_ignored,
+)
+
+logger = logging.getLogger(__name__)
+
+DEMO_ARGS = [
+    "--config_name", "gmlp-tiny",
+    "--output_dir", "gmlp-tiny-mlm",
+    "--do_train", "--do_eval",
+    "--max_seq_length", "128",
+    "--per_device_train_batch_size", "32",
+    "--learning_rate", "1e-3",
+    "--warmup_steps", "30",
+    "--weight_decay", "0.01",
+    "--num_train_epochs", "30",
+    "--logging_steps", "50",
+    "--save_strategy", "no",
+    "--report_to", "none",
+    "--fill_mask_text", "Shakespeare was an English [MASK] and playwright.",
+]
+
+
+@dataclass
+class DataTrainingArguments:
+    """What to train and evaluate on."""
+
+    dataset_name: str | None = field(default=None, metadata={"help": "A Hub dataset, e.g. Salesforce/wikitext."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration, e.g. wikitext-2-raw-v1."})
+    train_file: str | None = field(
+        default=None,
+        metadata={"help": "Training text (.txt, .csv, .json/.jsonl, .parquet; column `text` or the first). "
+                  "Default, with no dataset either: the English text shipped with the package."},
+    )
+    validation_file: str | None = field(default=None, metadata={"help": "Evaluation text, same formats."})
+    validation_split_percentage: int = field(
+        default=5, metadata={"help": "Percent of the training data held out for evaluation when there is no validation split."}
+    )
+    max_seq_length: int | None = field(
+        default=None, metadata={"help": "Tokens per sequence; at most the model's n. Default: n."}
+    )
+    line_by_line: bool = field(
+        default=False, metadata={"help": "One sequence per non-empty line, instead of blocks of max_seq_length tokens."}
+    )
+    mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens to mask."})
+    whole_word_mask: bool = field(default=False, metadata={"help": "Mask whole words rather than single tokens."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only this many training sequences."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only this many evaluation sequences."})
+    sparse_prediction: bool = field(
+        default=True,
+        metadata={"help": "gMLP: in training, compute the vocabulary projection only at masked positions (same loss, "
+                  "faster steps; evaluation keeps full logits). `--sparse_prediction false` turns it off."},
+    )
+    fill_mask_text: str | None = field(
+        default=None, metadata={"help": "After training, print the model's top predictions for this text's [MASK]."}
+    )
+
+    def __post_init__(self):
+        if self.dataset_name is None and self.train_file is None and self.validation_file is None:
+            self.train_file = DEFAULT_TRAIN_FILE
+        if not 0 < self.mlm_probability < 1:
+            raise ValueError(f"--mlm_probability must be between 0 and 1, got {self.mlm_probability}.")
+
+
+def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArguments) -> datasets.DatasetDict:
+    """The train/validation text, from the Hub or local files; a validation split is held out if there is none."""
+    if data_args.dataset_name is not None:
+        raw = datasets.load_dataset(
+            data_args.dataset_name, data_args.dataset_config_name, cache_dir=model_args.cache_dir, token=model_args.token
+        )
+    else:
+        raw = load_data_files(
+            {"train": data_args.train_file, "validation": data_args.validation_file}, cache_dir=model_args.cache_dir
+        )
+    if "validation" not in raw and "train" in raw:
+        split = raw["train"].train_test_split(test_size=data_args.validation_split_percentage / 100, shuffle=False)
+        raw = datasets.DatasetDict(train=split["train"], validation=split["test"])
+    return raw
+
+
+def main(argv: list[str] | None = None) -> dict:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print("No arguments: running the offline demo, i.e.\n  python run_mlm.py " + " ".join(DEMO_ARGS), flush=True)
+        argv = DEMO_ARGS
+    model_args, data_args, training_args = parse_arguments((ModelArguments, DataTrainingArguments, TrainingArguments), argv)
+    if model_args.model_name_or_path is None and model_args.config_name is None:
+        model_args.config_name = "gmlp-tiny"
+    setup_logging(training_args)
+    warn_if_checkpoints_ignored(training_args)
+    set_seed(training_args.seed)
+
+    raw_datasets = load_raw_datasets(data_args, model_args)
+    config = load_config(model_args)
+    tokenizer = load_tokenizer(model_args, required=False)
+    checkpoint = resolve_checkpoint(training_args)
+    if tokenizer is None and checkpoint is not None:
+        tokenizer = load_tokenizer(ModelArguments(tokenizer_name=checkpoint))
+    if tokenizer is None:
+        if "train" not in raw_datasets:
+            raise ValueError("No tokenizer and no training data to train one on: pass --tokenizer_name or --train_file.")
+        tokenizer = train_or_load_tokenizer(
+            raw_datasets["train"], config.vocab_size, config.max_position_embeddings, training_args
+        )
+    max_seq_length = check_max_seq_length(data_args.max_seq_length, config, tokenizer)
+    if model_args.model_name_or_path is None:
+        config.vocab_size = len(tokenizer)
+    model = load_model(AutoModelForMaskedLM, model_args, config)
+    if model.config.model_type == "gmlp":
+        model.config.sparse_prediction = data_args.sparse_prediction
+    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(len(tokenizer))
+
+    tokenized = tokenize_for_mlm(
+        raw_datasets, tokenizer, max_seq_length, data_args.line_by_line, training_args,
+        data_args.preprocessing_num_workers, data_args.whole_word_mask,
+    )
+    if data_args.whole_word_mask:
+        # The collator needs the offset mapping to find words; the Trainer would drop it as an unused column.
+        training_args.remove_unused_columns = False
+    train_dataset = select_samples(tokenized["train"], data_args.max_train_samples) if training_args.do_train else None
+    eval_dataset = select_samples(tokenized["validation"], data_args.max_eval_samples) if training_args.do_eval else None
+
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        data_collator=DataCollatorForLanguageModeling(
+            tokenizer, mlm_probability=data_args.mlm_probability, whole_word_mask=data_args.whole_word_mask
+        ),
+        compute_metrics=masked_token_accuracy if training_args.do_eval else None,
+        preprocess_logits_for_metrics=masked_token_predictions if training_args.do_eval else None,
+    )
+
+    metrics = {}
+    if training_args.do_train:
+        train_and_save(trainer, training_args, len(train_dataset))
+    if training_args.do_eval:
+        metrics = trainer.evaluate()
+        metrics["eval_samples"] = len(eval_dataset)
+        metrics["perplexity"] = perplexity(metrics["eval_loss"])
+        record_metrics(trainer, "eval", metrics)
+    if data_args.fill_mask_text and trainer.is_world_process_zero():
+        text = data_args.fill_mask_text.replace("[MASK]", tokenizer.mask_token)
+        print(f"\nFill-mask: {text}")
+        for prediction in fill_mask(trainer.model, tokenizer, text):
+            print(f"  {prediction['score']:.3f}  {prediction['token_str']}")
+    publish(
+        trainer, training_args, model_args, tasks="fill-mask",
+        dataset=data_args.dataset_name or data_args.train_file,
+    )
+    return metrics
+
+
+if __name__ == "__main__":
+    main()

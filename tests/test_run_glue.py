@@ -1,0 +1,134 @@
+"""run_glue.py end to end on tiny GLUE-layout and csv fixtures; the GLUE readers and label checks."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import run_glue
+from gmlp.glue import GLUE_TASKS, get_task, load_glue_dir
+from gmlp.tokenization_gmlp import train_tokenizer
+
+TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=32,hidden_dropout_prob=0"
+GOOD = ["a great and moving film", "wonderful acting and a fine story", "i loved every minute", "a warm funny delight"]
+BAD = ["a dull and boring mess", "terrible acting and a weak plot", "i hated every minute", "a cold tedious bore"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tokenizer")
+    train_tokenizer(iter((GOOD + BAD) * 5), vocab_size=120, min_frequency=1).save_pretrained(path)
+    return str(path)
+
+
+def write_tsv(path: Path, header: str | None, rows: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{line}\n" for line in ([header] if header else []) + rows), encoding="utf-8")
+
+
+def sst2_dir(root: Path) -> Path:
+    rows = [f"{text}\t{label}" for i in range(6) for text, label in ((GOOD[i % 4], 1), (BAD[i % 4], 0))]
+    write_tsv(root / "SST-2" / "train.tsv", "sentence\tlabel", rows)
+    write_tsv(root / "SST-2" / "dev.tsv", "sentence\tlabel", rows[:8])
+    write_tsv(root / "SST-2" / "test.tsv", "index\tsentence", [f"{i}\t{text}" for i, text in enumerate(GOOD + BAD)])
+    return root
+
+
+def mnli_dir(root: Path) -> Path:
+    header = "index\tpromptID\tpairID\tgenre\ts1b\ts2b\ts1p\ts2p\tsentence1\tsentence2\tlabel1\tgold_label"
+    labels = ["entailment", "neutral", "contradiction"]
+    rows = [f"{i}\t0\t0\tfiction\t-\t-\t-\t-\t{GOOD[i % 4]}\t{BAD[i % 4]}\t{labels[i % 3]}\t{labels[i % 3]}" for i in range(9)]
+    write_tsv(root / "MNLI" / "train.tsv", header, rows)
+    write_tsv(root / "MNLI" / "dev_matched.tsv", header, rows[:6])
+    write_tsv(root / "MNLI" / "dev_mismatched.tsv", header, rows[3:])
+    return root
+
+
+def glue_args(tokenizer_dir, output_dir, *extra):
+    return [
+        "--config_name", "gmlp-tiny", "--config_overrides", TINY, "--tokenizer_name", tokenizer_dir,
+        "--output_dir", str(output_dir), "--max_steps", "3", "--per_device_train_batch_size", "4",
+        "--learning_rate", "1e-3", "--report_to", "none", "--save_strategy", "no", *extra,
+    ]
+
+
+def test_sst2_from_a_glue_folder_trains_evaluates_and_predicts(tmp_path, tokenizer_dir):
+    glue_dir = sst2_dir(tmp_path / "glue")
+    output_dir = tmp_path / "out"
+    run_glue.main(glue_args(tokenizer_dir, output_dir, "--task_name", "SST-2", "--glue_dir", str(glue_dir),
+                            "--do_train", "--do_eval", "--do_predict"))
+    results = json.loads((output_dir / "all_results.json").read_text())
+    assert results["eval_samples"] == 8 and results["train_samples"] == 12
+    assert results["eval_accuracy"] in {i / 8 for i in range(9)}
+    config = json.loads((output_dir / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "positive"} and config["finetuning_task"] == "sst2"
+    lines = (output_dir / "predict_results_sst2.txt").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 9
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"negative", "positive"}
+
+
+def test_mnli_evaluates_matched_and_mismatched(tmp_path, tokenizer_dir):
+    output_dir = tmp_path / "out"
+    run_glue.main(glue_args(tokenizer_dir, output_dir, "--task_name", "mnli", "--glue_dir", str(mnli_dir(tmp_path)),
+                            "--do_train", "--do_eval"))
+    results = json.loads((output_dir / "eval_results.json").read_text())
+    assert results["eval_samples"] == 6 and results["eval_samples_mm"] == 6
+    assert 0 <= results["eval_accuracy"] <= 1 and 0 <= results["eval_accuracy_mm"] <= 1
+
+
+def test_custom_csv_regression_reports_pearson_and_spearman(tmp_path, tokenizer_dir):
+    lines = ["sentence1,sentence2,label"] + [f"{GOOD[i % 4]},{BAD[i % 4]},{i % 5}.5" for i in range(16)]
+    (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
+    output_dir = tmp_path / "out"
+    run_glue.main(glue_args(tokenizer_dir, output_dir, "--train_file", str(tmp_path / "train.csv"),
+                            "--validation_file", str(tmp_path / "train.csv"), "--do_train", "--do_eval"))
+    results = json.loads((output_dir / "eval_results.json").read_text())
+    assert {"eval_pearson", "eval_spearmanr"} <= set(results)
+
+
+def test_custom_json_labels_are_the_training_labels(tmp_path, tokenizer_dir):
+    rows = [{"text": GOOD[i % 4], "label": "pos"} if i % 2 else {"text": BAD[i % 4], "label": "neg"} for i in range(12)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "dev.jsonl").write_text(json.dumps({"text": "fine", "label": "neutral"}) + "\n")
+    with pytest.raises(ValueError, match=r"label 'neutral' is not a custom label; the labels are 0 = 'neg', 1 = 'pos'"):
+        run_glue.main(glue_args(tokenizer_dir, tmp_path / "out", "--train_file", str(tmp_path / "train.jsonl"),
+                                "--validation_file", str(tmp_path / "dev.jsonl"), "--do_train", "--do_eval"))
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "message"),
+    [
+        ("label", ["--task_name", "sst2"], r"train.tsv, line 3: label '2' is not a sst2 label; the labels are 0 = 'negative'"),
+        ("columns", ["--task_name", "sst2"], r"has no column\(s\) \['sentence'\] \(its header: \['text', 'label'\]\)"),
+        ("none", ["--task_name", "rte"], r"No RTE folder in --glue_dir"),
+        ("none", ["--task_name", "sst2", "--max_seq_length", "64"], r"--max_seq_length 64 is larger than the model's spatial size n"),
+    ],
+)
+def test_bad_glue_input_stops_early(tmp_path, tokenizer_dir, setup, args, message):
+    glue_dir = sst2_dir(tmp_path / "glue")
+    if setup == "label":
+        write_tsv(glue_dir / "SST-2" / "train.tsv", "sentence\tlabel", ["fine\t1", "fine\t2"])
+    if setup == "columns":
+        write_tsv(glue_dir / "SST-2" / "train.tsv", "text\tlabel", ["fine\t1"])
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        run_glue.main(glue_args(tokenizer_dir, tmp_path / "out", "--glue_dir", str(glue_dir), "--do_train", *args))
+
+
+def test_missing_data_file_names_the_flag(tmp_path, tokenizer_dir):
+    with pytest.raises(FileNotFoundError, match=r"missing.csv' does not exist; check the --train_file path"):
+        run_glue.main(glue_args(tokenizer_dir, tmp_path / "out", "--train_file", str(tmp_path / "missing.csv"), "--do_train"))
+
+
+def test_glue_dir_reader_gives_the_hub_columns_and_labels(tmp_path):
+    root = tmp_path / "glue"
+    write_tsv(root / "CoLA" / "train.tsv", None, ["gj04\t1\t\tThe book is red .", "gj04\t0\t*\tBook the red is ."])
+    write_tsv(root / "RTE" / "dev.tsv", "index\tsentence1\tsentence2\tlabel", ['7\tA "quote\tB\tnot_entailment'])
+    write_tsv(root / "MRPC" / "train.tsv", "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String", ["1\t1\t2\tA\tB"])
+    cola = load_glue_dir(str(root), get_task("cola"), ["train"])["train"]
+    assert cola[:] == {"sentence": ["The book is red .", "Book the red is ."], "label": [1, 0], "idx": [0, 1]}
+    assert cola.features["label"].names == ["unacceptable", "acceptable"]
+    rte = load_glue_dir(str(root), get_task("rte"), ["validation"])["validation"]
+    assert rte[0] == {"sentence1": 'A "quote', "sentence2": "B", "label": 1, "idx": 7}
+    mrpc = load_glue_dir(str(root), get_task("mrpc"), ["train"])["train"]
+    assert mrpc[0] == {"sentence1": "A", "sentence2": "B", "label": 1, "idx": 0}
+    assert sorted(GLUE_TASKS) == ["cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli"]

@@ -1,0 +1,157 @@
+"""run_mlm.py end to end on tiny fixtures: outputs, metrics, fill-mask, errors, resuming, and two processes."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+import run_mlm
+from gmlp.mlm import DEFAULT_TRAIN_FILE
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=32,vocab_size=300"
+SUBJECTS = ["the cat", "a dog", "the old man", "my sister", "the king", "a small bird"]
+VERBS = ["sat on", "looked at", "walked to", "thought about", "sang to", "ran past"]
+OBJECTS = ["the garden", "a red house", "the river", "the castle", "an open window", "the green hill"]
+
+
+def write_corpus(path: Path, lines: int, offset: int = 0) -> Path:
+    """Deterministic English-like sentences, one per line."""
+    text = [
+        f"{SUBJECTS[(i + offset) % 6]} {VERBS[(i * 5 + offset) % 6]} {OBJECTS[(i * 7 + offset) % 6]} and then slept ."
+        for i in range(lines)
+    ]
+    path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    return path
+
+
+def mlm_args(tmp_path: Path, output_dir: Path, *extra: str) -> list[str]:
+    train = write_corpus(tmp_path / "train.txt", 60)
+    validation = write_corpus(tmp_path / "validation.txt", 12, offset=3)
+    return [
+        "--config_name", "gmlp-tiny", "--config_overrides", TINY,
+        "--train_file", str(train), "--validation_file", str(validation),
+        "--output_dir", str(output_dir), "--do_train", "--do_eval",
+        "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4",
+        "--learning_rate", "1e-3", "--report_to", "none", "--save_strategy", "no", "--seed", "7",
+        *extra,
+    ]
+
+
+def test_pretrains_from_text_files_and_predicts_a_mask(tmp_path, capsys):
+    output_dir = tmp_path / "out"
+    metrics = run_mlm.main(mlm_args(tmp_path, output_dir, "--max_steps", "4", "--fill_mask_text", "the cat [MASK] on the river ."))
+
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "eval_results.json", "all_results.json",
+                 "train_results.json", "trainer_state.json"):
+        assert (output_dir / name).is_file(), name
+    results = json.loads((output_dir / "eval_results.json").read_text())
+    assert results["perplexity"] == pytest.approx(math.exp(results["eval_loss"]))
+    assert 0.0 <= results["eval_accuracy"] <= 1.0
+    assert metrics["eval_loss"] == results["eval_loss"]
+    assert json.loads((output_dir / "trainer_state.json").read_text())["global_step"] == 4
+
+    # The tokenizer was trained on the training file (vocab_size from the config) and the model sized to it.
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    model = AutoModelForMaskedLM.from_pretrained(output_dir)
+    assert model.config.vocab_size == len(tokenizer) <= 300
+    assert tokenizer.tokenize("the cat sat") == ["the", "cat", "sat"]
+
+    printed = capsys.readouterr().out
+    fill_lines = printed[printed.index("Fill-mask: the cat [MASK] on the river .") :].splitlines()[1:6]
+    assert len(fill_lines) == 5
+    assert all(float(line.split()[0]) >= 0 for line in fill_lines)
+
+
+def test_line_by_line_whole_word_masking_from_csv(tmp_path):
+    csv_path = tmp_path / "train.csv"
+    lines = write_corpus(tmp_path / "lines.txt", 40).read_text().splitlines()
+    csv_path.write_text("id,text\n" + "\n".join(f"{i},{line}" for i, line in enumerate(lines)) + "\n")
+    output_dir = tmp_path / "out"
+    args = mlm_args(tmp_path, output_dir, "--max_steps", "2", "--line_by_line", "--whole_word_mask",
+                    "--validation_split_percentage", "10", "--max_train_samples", "20")
+    args[args.index("--train_file") + 1] = str(csv_path)
+    del args[args.index("--validation_file") : args.index("--validation_file") + 2]
+    run_mlm.main(args)
+
+    train = json.loads((output_dir / "train_results.json").read_text())
+    evaluation = json.loads((output_dir / "eval_results.json").read_text())
+    assert train["train_samples"] == 20
+    assert evaluation["eval_samples"] == 4  # 10% of the 40 lines, one sequence per line
+
+
+def test_no_data_arguments_use_the_packaged_english_text():
+    args = run_mlm.DataTrainingArguments()
+    assert args.train_file == DEFAULT_TRAIN_FILE
+    text = Path(DEFAULT_TRAIN_FILE).read_text(encoding="utf-8")
+    assert text.startswith("Shakespeare, William (1564--1616), English poet, player and playwright")
+    assert len(text.split()) > 30_000
+    assert "--config_name" in run_mlm.DEMO_ARGS and "gmlp-tiny" in run_mlm.DEMO_ARGS
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ({"--train_file": "missing.txt"}, FileNotFoundError, "missing.txt' does not exist; check the --train_file path"),
+        ({"--train_file": "train.docx"}, ValueError, "unsupported extension 'docx'"),
+        (
+            {"--max_seq_length": "64"},
+            ValueError,
+            "--max_seq_length 64 is larger than the model's spatial size n = max_position_embeddings = 32",
+        ),
+        ({"--config_overrides": "num_hidden_layer=2"}, ValueError, "key num_hidden_layer isn't in the original config"),
+    ],
+)
+def test_bad_input_stops_early_with_a_fix(tmp_path, change, error, message):
+    args = mlm_args(tmp_path, tmp_path / "out", "--max_steps", "1")
+    for flag, value in change.items():
+        args[args.index(flag) + 1] = value if "/" in value or flag != "--train_file" else str(tmp_path / value)
+    (tmp_path / "train.docx").write_text("x")
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run_mlm.main(args)
+    assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_resume_from_checkpoint_continues_the_global_step(tmp_path):
+    output_dir = tmp_path / "out"
+    # The later --save_strategy wins over mlm_args' "no".
+    common = ["--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "2"]
+    first = mlm_args(tmp_path, output_dir, "--max_steps", "2", *common)
+    first.remove("--do_eval")
+    run_mlm.main(first)
+    state_2 = json.loads((output_dir / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state_2["global_step"] == 2
+
+    # As if the run had been killed after checkpoint 2: resume it with a longer schedule; the tokenizer comes from
+    # the checkpoint (not trained again).
+    resumed = [arg if arg != "2" or i != first.index("--max_steps") + 1 else "4" for i, arg in enumerate(first)]
+    resumed += ["--resume_from_checkpoint", str(output_dir / "checkpoint-2")]
+    run_mlm.main(resumed)
+    state_4 = json.loads((output_dir / "trainer_state.json").read_text())
+    assert state_4["global_step"] == 4
+    losses = {entry["step"]: entry["loss"] for entry in state_4["log_history"] if "loss" in entry}
+    assert sorted(losses) == [1, 2, 3, 4]
+    # Steps 1-2 are the first run's, carried over from the checkpoint.
+    assert [losses[1], losses[2]] == [entry["loss"] for entry in state_2["log_history"] if "loss" in entry]
+
+
+def test_two_processes_with_torchrun_on_cpu(tmp_path):
+    output_dir = tmp_path / "out"
+    args = mlm_args(tmp_path, output_dir, "--max_steps", "2")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+               str(ROOT / "run_mlm.py"), *args]
+    result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "world size: 2" in result.stdout + result.stderr
+    assert (output_dir / "model.safetensors").is_file()
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+    # Two processes of 4 sequences each: 8 sequences per optimisation step.
+    assert state["train_batch_size"] == 4
+    assert json.loads((output_dir / "eval_results.json").read_text())["eval_loss"] > 0

@@ -1,0 +1,156 @@
+"""run_squad.py end to end on tiny SQuAD-format fixtures; features and post-processing of gmlp.squad."""
+
+import json
+
+import numpy as np
+import pytest
+
+import run_squad
+from gmlp.metrics import load_metric
+from gmlp.squad import load_squad_json, postprocess_qa_predictions, prepare_train_features, prepare_validation_features
+from gmlp.tokenization_gmlp import train_tokenizer
+
+TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=48,hidden_dropout_prob=0"
+CONTEXTS = [
+    "the red fox lives in the green forest near the old river and eats small birds every day",
+    "the king built a tall castle on the hill in the year one thousand and sang to his sister",
+]
+QAS = [
+    (0, "where does the fox live", "the green forest"),
+    (0, "what does the fox eat", "small birds"),
+    (1, "what did the king build", "a tall castle"),
+    (1, "who did the king sing to", "his sister"),
+]
+
+
+def squad_file(path, version_2=False):
+    paragraphs = []
+    for c, context in enumerate(CONTEXTS):
+        qas = []
+        for i, (index, question, answer) in enumerate(QAS):
+            if index == c:
+                qas.append({"id": f"q{i}", "question": question,
+                            "answers": [{"text": answer, "answer_start": context.index(answer)}]})
+        if version_2:
+            qas.append({"id": f"impossible{c}", "question": "what is the colour of the sky", "answers": [],
+                        "is_impossible": True})
+        paragraphs.append({"context": context, "qas": qas})
+    path.write_text(json.dumps({"version": "2.0" if version_2 else "1.1",
+                                "data": [{"title": "Tiny", "paragraphs": paragraphs}]}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tokenizer")
+    texts = CONTEXTS * 5 + [question for _, question, _ in QAS] * 5 + ["what is the colour of the sky"]
+    train_tokenizer(iter(texts), vocab_size=150, min_frequency=1).save_pretrained(path)
+    return str(path)
+
+
+def squad_args(tokenizer_dir, data, output_dir, *extra):
+    return [
+        "--config_name", "gmlp-tiny", "--config_overrides", TINY, "--tokenizer_name", tokenizer_dir,
+        "--train_file", str(data), "--validation_file", str(data), "--output_dir", str(output_dir),
+        "--do_train", "--do_eval", "--max_steps", "3", "--max_seq_length", "24", "--doc_stride", "6",
+        "--per_device_train_batch_size", "4", "--report_to", "none", "--save_strategy", "no", *extra,
+    ]
+
+
+@pytest.mark.parametrize("version_2", [False, True])
+def test_trains_and_writes_official_predictions_and_metrics(tmp_path, tokenizer_dir, version_2):
+    data = squad_file(tmp_path / "squad.json", version_2)
+    output_dir = tmp_path / "out"
+    extra = ["--version_2_with_negative"] if version_2 else []
+    run_squad.main(squad_args(tokenizer_dir, data, output_dir, *extra))
+
+    predictions = json.loads((output_dir / "predictions.json").read_text())
+    examples = load_squad_json(str(data))
+    assert sorted(predictions) == sorted(examples["id"])
+    for example in examples:  # every answer is a span of its context (or empty)
+        assert predictions[example["id"]] in example["context"]
+    nbest = json.loads((output_dir / "nbest_predictions.json").read_text())
+    assert set(nbest) == set(predictions) and all(0.99 < sum(c["probability"] for c in v) < 1.01 for v in nbest.values())
+    assert (output_dir / "null_odds.json").is_file() == version_2
+
+    # The reported metrics are the packaged SQuAD metric on predictions.json.
+    metric = load_metric("squad_v2" if version_2 else "squad")
+    references = [{"id": e["id"], "answers": e["answers"]} for e in examples]
+    if version_2:
+        preds = [{"id": k, "prediction_text": v, "no_answer_probability": 0.0} for k, v in predictions.items()]
+        expected = metric.compute(predictions=preds, references=references)
+        keys = {"exact": "eval_exact", "f1": "eval_f1"}
+    else:
+        preds = [{"id": k, "prediction_text": v} for k, v in predictions.items()]
+        expected = metric.compute(predictions=preds, references=references)
+        keys = {"exact_match": "eval_exact_match", "f1": "eval_f1"}
+    for name in ("eval_results.json", "all_results.json"):
+        results = json.loads((output_dir / name).read_text())
+        for key, reported in keys.items():
+            assert results[reported] == expected[key]
+    assert results["eval_samples"] == len(examples)
+
+
+def test_long_context_is_split_and_answers_are_located(tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    batch = load_squad_json(str(squad_file_path(tokenizer_dir)))[:1]
+    train = prepare_train_features(batch, tokenizer, max_seq_length=16, doc_stride=4)
+    assert len(train["input_ids"]) > 1  # the context did not fit one window
+    found = 0
+    for ids, start, end in zip(train["input_ids"], train["start_positions"], train["end_positions"]):
+        if start != 0:
+            assert tokenizer.decode(ids[start : end + 1]) == "the green forest"
+            found += 1
+    assert found >= 1
+    features = prepare_validation_features(batch, tokenizer, max_seq_length=16, doc_stride=4)
+    assert features["example_id"] == ["q0"] * len(features["input_ids"])
+    assert all(offset is None for offset in features["offset_mapping"][0][:3])  # [CLS] and the question
+
+
+def squad_file_path(tokenizer_dir):
+    from pathlib import Path
+
+    return squad_file(Path(tokenizer_dir) / "fixture.json")
+
+
+def test_postprocessing_picks_the_best_span_and_the_null_answer(tmp_path):
+    import datasets
+
+    examples = datasets.Dataset.from_list([{"id": "a", "context": "red fox jumps"}, {"id": "b", "context": "blue sky"}])
+    offsets = [None, (0, 3), (4, 7), (8, 13)]
+    features = datasets.Dataset.from_list(
+        [{"example_id": "a", "offset_mapping": offsets}, {"example_id": "b", "offset_mapping": [None, (0, 4), (5, 8), None]}]
+    )
+    start = np.array([[0.0, 1.0, 5.0, 0.0], [9.0, 1.0, 0.0, 0.0]])
+    end = np.array([[0.0, 0.0, 1.0, 6.0], [9.0, 0.0, 2.0, 0.0]])
+    v1 = postprocess_qa_predictions(examples, features, (start, end))
+    assert v1 == {"a": "fox jumps", "b": "blue sky"}
+    v2 = postprocess_qa_predictions(examples, features, (start, end), version_2_with_negative=True, output_dir=str(tmp_path))
+    assert v2 == {"a": "fox jumps", "b": ""}  # b's null score 18 beats its best span 3
+    assert json.loads((tmp_path / "null_odds.json").read_text()) == {"a": -11.0, "b": 15.0}
+    v1_short = postprocess_qa_predictions(examples, features, (start, end), max_answer_length=1)
+    assert v1_short["a"] == "fox"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ({"version": "1.1"}, r"is not in SQuAD's format"),
+        (None, r"does not exist; check the --train_file / --validation_file path"),
+    ],
+)
+def test_bad_squad_files_stop_early(tmp_path, tokenizer_dir, content, message):
+    data = tmp_path / "squad.json"
+    if content is not None:
+        data.write_text(json.dumps(content))
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        run_squad.main(squad_args(tokenizer_dir, data, tmp_path / "out"))
+
+
+def test_jsonl_without_answers_names_the_missing_column(tmp_path, tokenizer_dir):
+    data = tmp_path / "squad.jsonl"
+    data.write_text(json.dumps({"id": "1", "question": "q", "context": "c"}) + "\n")
+    with pytest.raises(ValueError, match=r"has no column\(s\) \['answers'\]"):
+        run_squad.main(squad_args(tokenizer_dir, data, tmp_path / "out"))
