@@ -5,11 +5,11 @@ from dataclasses import dataclass, field
 
 import datasets
 import numpy as np
-from transformers import AutoConfig, ViTImageProcessorPil
+from transformers import ViTImageProcessorPil
 
 from .configuration_gmlp import VISION_PRESETS, GMLPVisionConfig
 from .metrics import load_metric
-from .training import ModelArguments, apply_config_overrides
+from .training import ModelArguments, load_config
 
 DIGITS = "sklearn-digits"
 
@@ -46,19 +46,7 @@ def load_digits_dataset(validation_fraction: float = 0.2, seed: int = 0) -> data
 
 def load_vision_config(model_args: VisionModelArguments, **task_kwargs):
     """The model config: a vision preset, a config path / Hub id, or the checkpoint's, then `--config_overrides`."""
-    if model_args.config_name in VISION_PRESETS:
-        config = GMLPVisionConfig.from_preset(model_args.config_name, **task_kwargs)
-    elif model_args.config_name or model_args.model_name_or_path:
-        name = model_args.config_name or model_args.model_name_or_path
-        config = AutoConfig.from_pretrained(name, **task_kwargs, **model_args.hub_kwargs())
-    else:
-        raise ValueError(
-            "No model given: pass --model_name_or_path (a checkpoint) or --config_name (a vision preset: "
-            f"{', '.join(VISION_PRESETS)}, or a config directory / Hub id) to train from scratch."
-        )
-    if model_args.config_overrides:
-        apply_config_overrides(config, model_args.config_overrides)
-    return config
+    return load_config(model_args, GMLPVisionConfig, VISION_PRESETS, **task_kwargs)
 
 
 def image_processor_for(config: GMLPVisionConfig, **overrides) -> ViTImageProcessorPil:

@@ -95,20 +95,23 @@ def setup_logging(training_args: TrainingArguments) -> None:
     )
 
 
-def load_config(model_args: ModelArguments, **task_kwargs) -> PreTrainedConfig:
-    """The model config: a preset, a config path / Hub id, or the checkpoint's, then `--config_overrides`.
+def load_config(
+    model_args: ModelArguments, config_class: type[PreTrainedConfig] = GMLPConfig, presets: dict = PRESETS, **task_kwargs
+) -> PreTrainedConfig:
+    """The model config: a preset of `config_class`, a config path / Hub id, or the checkpoint's, then
+    `--config_overrides`.
 
     `task_kwargs` (e.g. `num_labels`, `finetuning_task`) are set on the config.
     """
-    if model_args.config_name in PRESETS:
-        config = GMLPConfig.from_preset(model_args.config_name, **task_kwargs)
+    if model_args.config_name in presets:
+        config = config_class.from_preset(model_args.config_name, **task_kwargs)
     elif model_args.config_name or model_args.model_name_or_path:
         name = model_args.config_name or model_args.model_name_or_path
         config = AutoConfig.from_pretrained(name, **task_kwargs, **model_args.hub_kwargs())
     else:
         raise ValueError(
             "No model given: pass --model_name_or_path (a checkpoint) or --config_name (a preset: "
-            f"{', '.join(PRESETS)}, or a config directory / Hub id) to train from scratch."
+            f"{', '.join(presets)}, or a config directory / Hub id) to train from scratch."
         )
     if model_args.config_overrides:
         apply_config_overrides(config, model_args.config_overrides)
