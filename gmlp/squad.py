@@ -109,12 +109,8 @@ def _check_window(questions: list[str], tokenizer, max_seq_length: int, doc_stri
         )
 
 
-def prepare_train_features(examples, tokenizer, max_seq_length: int, doc_stride: int, pad_to_max_length: bool = False):
-    """Tokenized question/context pairs with `start_positions`/`end_positions` of the answer's tokens.
-
-    A context too long for `max_seq_length` gives several features that overlap by `doc_stride` tokens; a feature
-    that does not contain the answer (or an unanswerable question) points at [CLS] (index 0).
-    """
+def _tokenize_windows(examples, tokenizer, max_seq_length: int, doc_stride: int, pad_to_max_length: bool):
+    """Question/context pairs tokenized into overlapping windows of the context; also the context's segment index."""
     pad_on_right = tokenizer.padding_side == "right"
     # Leading spaces in questions waste tokens and can push the context out of the window.
     questions = [question.lstrip() for question in examples["question"]]
@@ -129,10 +125,19 @@ def prepare_train_features(examples, tokenizer, max_seq_length: int, doc_stride:
         return_offsets_mapping=True,
         padding="max_length" if pad_to_max_length else False,
     )
+    return tokenized, 1 if pad_on_right else 0
+
+
+def prepare_train_features(examples, tokenizer, max_seq_length: int, doc_stride: int, pad_to_max_length: bool = False):
+    """Tokenized question/context pairs with `start_positions`/`end_positions` of the answer's tokens.
+
+    A context too long for `max_seq_length` gives several features that overlap by `doc_stride` tokens; a feature
+    that does not contain the answer (or an unanswerable question) points at [CLS] (index 0).
+    """
+    tokenized, context_index = _tokenize_windows(examples, tokenizer, max_seq_length, doc_stride, pad_to_max_length)
     sample_mapping = tokenized.pop("overflow_to_sample_mapping")
     offset_mapping = tokenized.pop("offset_mapping")
     tokenized["start_positions"], tokenized["end_positions"] = [], []
-    context_index = 1 if pad_on_right else 0
     for i, offsets in enumerate(offset_mapping):
         input_ids = tokenized["input_ids"][i]
         cls_index = input_ids.index(tokenizer.cls_token_id) if tokenizer.cls_token_id in input_ids else 0
@@ -164,21 +169,8 @@ def prepare_validation_features(
 ):
     """Tokenized question/context pairs for evaluation, each with the `example_id` it came from and an
     `offset_mapping` that is None outside the context (so that only context tokens can be predicted)."""
-    pad_on_right = tokenizer.padding_side == "right"
-    questions = [question.lstrip() for question in examples["question"]]
-    _check_window(questions, tokenizer, max_seq_length, doc_stride)
-    tokenized = tokenizer(
-        questions if pad_on_right else examples["context"],
-        examples["context"] if pad_on_right else questions,
-        truncation="only_second" if pad_on_right else "only_first",
-        max_length=max_seq_length,
-        stride=doc_stride,
-        return_overflowing_tokens=True,
-        return_offsets_mapping=True,
-        padding="max_length" if pad_to_max_length else False,
-    )
+    tokenized, context_index = _tokenize_windows(examples, tokenizer, max_seq_length, doc_stride, pad_to_max_length)
     sample_mapping = tokenized.pop("overflow_to_sample_mapping")
-    context_index = 1 if pad_on_right else 0
     tokenized["example_id"] = []
     for i in range(len(tokenized["input_ids"])):
         sequence_ids = tokenized.sequence_ids(i)
