@@ -20,6 +20,7 @@ and .md, the perplexity curves to benchmarks/results/perplexity_curves.png.
 """
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -86,9 +87,22 @@ def train_tokenizer(args) -> Path:
     return output
 
 
+def run_key(config, args) -> str:
+    """A short hash of everything that decides a pretraining run's result but the seed, so a finished run is reused
+    by a later invocation (more seeds, another suite) and never mistaken for a run with other settings."""
+    settings = [config.to_json_string(use_diff=False), args.max_steps, args.batch_size, args.learning_rate,
+                args.max_eval_samples]
+    return hashlib.sha1(json.dumps(settings, default=str).encode()).hexdigest()[:10]
+
+
 def pretrain(args, name: str, config, seed: int, tokenizer: Path) -> dict:
-    """MLM pretraining with run_mlm.py: returns the final validation perplexity and the perplexity curve."""
-    output = args.work_dir / f"mlm-{name}-seed{seed}"
+    """MLM pretraining with run_mlm.py (or the finished run with the same settings in the work dir): returns the
+    final validation perplexity and the perplexity curve."""
+    key = run_key(config, args)
+    for finished in args.work_dir.glob(f"mlm-*-{key}-seed{seed}/eval_results.json"):
+        print(f"  reusing {finished.parent}", file=sys.stderr)
+        return read_pretraining(finished.parent)
+    output = args.work_dir / f"mlm-{name}-{key}-seed{seed}"
     config_dir = args.work_dir / "configs" / name
     config.save_pretrained(config_dir)
     data = args.data / "wikitext-2"
@@ -102,7 +116,11 @@ def pretrain(args, name: str, config, seed: int, tokenizer: Path) -> dict:
         "--eval_strategy", "steps", "--eval_steps", str(max(1, args.max_steps // 5)),
         "--max_eval_samples", str(args.max_eval_samples), "--logging_steps", str(max(1, args.max_steps // 20)),
         "--save_strategy", "no", "--report_to", "none", "--seed", str(seed), "--data_seed", "0",
-    ], args.work_dir / "logs" / f"mlm-{name}-seed{seed}.log")
+    ], args.work_dir / "logs" / f"{output.name}.log")
+    return read_pretraining(output)
+
+
+def read_pretraining(output: Path) -> dict:
     metrics = json.loads((output / "eval_results.json").read_text())
     history = json.loads((output / "trainer_state.json").read_text())["log_history"]
     curve = [(entry["step"], math.exp(entry["eval_loss"])) for entry in history if "eval_loss" in entry]
@@ -110,8 +128,10 @@ def pretrain(args, name: str, config, seed: int, tokenizer: Path) -> dict:
 
 
 def finetune(args, task: str, checkpoint: str, tag: str, seed: int) -> dict | None:
-    """Fine-tune one checkpoint on a task; None if the task's data is not on this machine."""
-    output = args.work_dir / f"ft-{task}-{tag}"
+    """Fine-tune one checkpoint on a task (or reuse the finished run with the same settings); None if the task's data
+    is not on this machine."""
+    settings = [checkpoint, args.finetune_steps, args.finetune_learning_rate, seed]
+    output = args.work_dir / f"ft-{task}-{tag}-{hashlib.sha1(json.dumps(settings).encode()).hexdigest()[:10]}"
     common = [
         "--model_name_or_path", checkpoint, "--do_train", "--do_eval", "--output_dir", str(output),
         "--max_steps", str(args.finetune_steps), "--per_device_train_batch_size", "32",
@@ -120,7 +140,7 @@ def finetune(args, task: str, checkpoint: str, tag: str, seed: int) -> dict | No
     ]
     if task in GLUE_TASK_DIRS:
         task_dir = args.data / "glue" / GLUE_TASK_DIRS[task]
-        if not (task_dir / "train.tsv").exists():
+        if not any((task_dir / f"train.{extension}").exists() for extension in ("tsv", "jsonl")):
             return None
         command = [sys.executable, "run_glue.py", "--task_name", task, "--glue_dir", str(args.data / "glue"), *common]
     elif task == "squad":
@@ -131,7 +151,10 @@ def finetune(args, task: str, checkpoint: str, tag: str, seed: int) -> dict | No
                    "--validation_file", str(squad / "dev-v1.1.json"), *common]
     else:
         raise ValueError(f"Unknown fine-tuning task {task!r}; choose sst2, mnli or squad.")
-    run(command, args.work_dir / "logs" / f"ft-{task}-{tag}.log")
+    if (output / "eval_results.json").exists():
+        print(f"  reusing {output}", file=sys.stderr)
+    else:
+        run(command, args.work_dir / "logs" / f"{output.name}.log")
     return json.loads((output / "eval_results.json").read_text())
 
 
@@ -195,13 +218,13 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suites", nargs="+", default=["mlm", "sgu", "finetune"], choices=["mlm", "sgu", "finetune"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--max_steps", type=int, default=600, help="MLM pretraining steps per run")
+    parser.add_argument("--max_steps", type=int, default=400, help="MLM pretraining steps per run")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--learning_rate", type=float, default=1e-3)
     parser.add_argument("--max_eval_samples", type=int, default=256, help="validation sequences of 128 tokens")
     parser.add_argument("--tasks", nargs="+", default=["sst2", "mnli", "squad"], help="fine-tuning tasks")
     parser.add_argument("--finetune_steps", type=int, default=300)
-    parser.add_argument("--finetune_learning_rate", type=float, default=1e-4)
+    parser.add_argument("--finetune_learning_rate", type=float, default=5e-4)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the shared data folder")
     parser.add_argument("--work_dir", type=Path, default=Path("/tmp/gmlp-quality"), help="checkpoints and logs")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "quality.json")

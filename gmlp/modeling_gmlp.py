@@ -25,6 +25,7 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 from transformers.modeling_utils import PreTrainedModel
+from transformers.utils import is_torchdynamo_compiling
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
@@ -365,7 +366,11 @@ class GMLPModel(GMLPPreTrainedModel):
 
 
 def check_labels(labels: torch.Tensor, num_classes: int, name: str = "labels") -> None:
-    """Raise a clear error for class labels outside [0, num_classes) (-100, the ignore index, is allowed)."""
+    """Raise a clear error for class labels outside [0, num_classes) (-100, the ignore index, is allowed).
+
+    Skipped under torch.compile: the check reads tensor values, which would split the compiled graph."""
+    if is_torchdynamo_compiling():
+        return
     valid = (labels == -100) | ((labels >= 0) & (labels < num_classes))
     if not bool(valid.all()):
         bad = labels[~valid][0].item()

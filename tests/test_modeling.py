@@ -557,6 +557,29 @@ def test_torch_compile_matches_eager():
         torch.testing.assert_close(compiled(ids).logits, model(ids).logits)
 
 
+def test_torch_compile_sparse_prediction_training_matches_eager():
+    """The compiled MLM training step (sparse_prediction) gives eager's loss and gradients; the only graph break is
+    the data-dependent selection of the labelled positions (the labels check is skipped while compiling)."""
+    torch.manual_seed(0)
+    model = GMLPForMaskedLM(tiny_config(sparse_prediction=True)).train()
+    ids = random_ids(2, 10)
+    labels = torch.full_like(ids, -100)
+    labels[:, ::3] = ids[:, ::3]
+    explanation = torch._dynamo.explain(model)(input_ids=ids, labels=labels)
+    assert explanation.graph_break_count == 2  # sequence_output[labelled] and labels[labelled]
+    assert all("check_labels" not in str(reason.user_stack) for reason in explanation.break_reasons)
+    eager_loss = model(input_ids=ids, labels=labels).loss
+    eager_loss.backward()
+    eager_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch._dynamo.reset()
+    compiled_loss = torch.compile(model, backend="aot_eager")(input_ids=ids, labels=labels).loss
+    compiled_loss.backward()
+    torch.testing.assert_close(compiled_loss, eager_loss)
+    for eager_grad, param in zip(eager_grads, model.parameters()):
+        torch.testing.assert_close(param.grad, eager_grad)
+
+
 def test_stochastic_depth_is_active_only_in_training():
     model = GMLPModel(tiny_config(drop_path_rate=0.5, num_hidden_layers=6))
     ids = random_ids(4, 8)
