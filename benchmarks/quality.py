@@ -3,6 +3,7 @@
     python benchmarks/quality.py                                  # all suites, 1 seed
     python benchmarks/quality.py --suites mlm --seeds 0 1 2        # Table 4 claim, three seeds
     python benchmarks/quality.py --suites sgu --max_steps 300      # Table 3 ordering
+    python benchmarks/quality.py --suites mlm --models bert --learning_rate 3e-4   # another learning rate
     python benchmarks/quality.py --suites finetune --tasks sst2 mnli squad
 
 Data (../shared/data, never copied into the repo): MLM pretraining on WikiText-2's *test* split and validation
@@ -217,6 +218,8 @@ def plot_curves(results: dict, path: Path) -> None:
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suites", nargs="+", default=["mlm", "sgu", "finetune"], choices=["mlm", "sgu", "finetune"])
+    parser.add_argument("--models", nargs="+", default=["gmlp", "amlp", "bert"], choices=["gmlp", "amlp", "bert"],
+                        help="the models of the mlm suite (and so of finetune)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--max_steps", type=int, default=400, help="MLM pretraining steps per run")
     parser.add_argument("--batch_size", type=int, default=32)
@@ -237,8 +240,7 @@ def main():
         raise SystemExit(f"WikiText-2 not found under {args.data}; pass --data pointing at the shared data folder.")
     tokenizer = train_tokenizer(args)
     results = {"max_steps": args.max_steps, "batch_size": args.batch_size, "seeds": args.seeds}
-    configs = model_configs()
-    suites = {"mlm": configs}
+    suites = {"mlm": {name: config for name, config in model_configs().items() if name in args.models}}
     if "sgu" in args.suites:
         suites["sgu"] = {variant: GMLPConfig(**GMLP_TINY, sgu_variant=variant) for variant in SGU_VARIANTS}
     for suite in [s for s in ("mlm", "sgu") if s in args.suites or (s == "mlm" and "finetune" in args.suites)]:

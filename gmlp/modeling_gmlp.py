@@ -440,7 +440,9 @@ class GMLPForMaskedLM(GMLPPreTrainedModel):
         prediction_scores = self.cls(sequence_output)
         loss = None
         if labels is not None:
-            loss = CrossEntropyLoss()(prediction_scores.view(-1, self.config.vocab_size), labels.view(-1))
+            # Transformers' MLM loss: divided by the Trainer's `num_items_in_batch` when given (so gradient
+            # accumulation and several processes average over all labelled tokens), else the mean.
+            loss = self.loss_function(prediction_scores, labels, vocab_size=self.config.vocab_size, **kwargs)
         return MaskedLMOutput(
             loss=loss, logits=prediction_scores, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -555,6 +557,10 @@ def sequence_classification_loss(config: GMLPConfig, logits: torch.Tensor, label
 class GMLPForSequenceClassification(GMLPPreTrainedModel):
     """A linear classifier (or regressor) on the pooled first token, e.g. for GLUE."""
 
+    # Its loss is a mean over examples that ignores the Trainer's `num_items_in_batch`; False tells the Trainer to
+    # divide by the gradient-accumulation steps itself.
+    accepts_loss_kwargs = False
+
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -594,6 +600,10 @@ class GMLPForSequenceClassification(GMLPPreTrainedModel):
 
 class GMLPForMultipleChoice(GMLPPreTrainedModel):
     """Scores each of several choices with the pooled first token and a shared linear layer."""
+
+    # Its loss is a mean over examples that ignores the Trainer's `num_items_in_batch`; False tells the Trainer to
+    # divide by the gradient-accumulation steps itself.
+    accepts_loss_kwargs = False
 
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
@@ -676,7 +686,7 @@ class GMLPForTokenClassification(GMLPPreTrainedModel):
         loss = None
         if labels is not None:
             check_labels(labels, self.num_labels)
-            loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
+            loss = self.loss_function(logits, labels, self.config, **kwargs)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -684,6 +694,10 @@ class GMLPForTokenClassification(GMLPPreTrainedModel):
 
 class GMLPForQuestionAnswering(GMLPPreTrainedModel):
     """Extractive question answering (SQuAD): start and end logits for every token."""
+
+    # Its loss is a mean over examples that ignores the Trainer's `num_items_in_batch`; False tells the Trainer to
+    # divide by the gradient-accumulation steps itself.
+    accepts_loss_kwargs = False
 
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
@@ -800,6 +814,10 @@ class GMLPVisionModel(GMLPVisionPreTrainedModel):
 
 class GMLPForImageClassification(GMLPVisionPreTrainedModel):
     """A linear classifier on the mean of the final patch representations (ImageNet, Table 2)."""
+
+    # Its loss is a mean over examples that ignores the Trainer's `num_items_in_batch`; False tells the Trainer to
+    # divide by the gradient-accumulation steps itself.
+    accepts_loss_kwargs = False
 
     def __init__(self, config: GMLPVisionConfig):
         super().__init__(config)

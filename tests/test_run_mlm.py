@@ -154,4 +154,8 @@ def test_two_processes_with_torchrun_on_cpu(tmp_path):
     assert state["global_step"] == 2
     # Two processes of 4 sequences each: 8 sequences per optimisation step.
     assert state["train_batch_size"] == 4
+    # The loss averages over both processes' labelled tokens (not their sum): an untrained model's is near ln(V).
+    vocab_size = json.loads((output_dir / "config.json").read_text())["vocab_size"]
+    train_loss = json.loads((output_dir / "train_results.json").read_text())["train_loss"]
+    assert 0.7 * math.log(vocab_size) < train_loss < 1.3 * math.log(vocab_size)
     assert json.loads((output_dir / "eval_results.json").read_text())["eval_loss"] > 0
