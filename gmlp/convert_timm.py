@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 import torch
-from transformers import ViTImageProcessorPil
+from transformers import ConvNextImageProcessorPil
 from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, PILImageResampling
 
 from .configuration_gmlp import GMLPVisionConfig
@@ -87,10 +87,12 @@ def convert_timm_model(timm_state_dict: dict[str, torch.Tensor], **config_overri
     return model.eval()
 
 
-def timm_image_processor(image_size: int = 224) -> ViTImageProcessorPil:
-    """An image processor with timm's gMLP normalisation (ImageNet mean and std, bicubic resizing)."""
-    return ViTImageProcessorPil(
-        size={"height": image_size, "width": image_size},
+def timm_image_processor(image_size: int = 224, crop_pct: float = 0.875) -> ConvNextImageProcessorPil:
+    """timm's evaluation transform for its gMLPs: bicubic resize of the shorter side to image_size / crop_pct (256 for
+    224), a centre crop of image_size, ImageNet mean and std. ConvNeXT's processor implements exactly this."""
+    return ConvNextImageProcessorPil(
+        size={"shortest_edge": image_size},
+        crop_pct=crop_pct,
         resample=PILImageResampling.BICUBIC,
         image_mean=list(IMAGENET_DEFAULT_MEAN),
         image_std=list(IMAGENET_DEFAULT_STD),

@@ -23,7 +23,12 @@ from transformers import (
 
 import run_image_classification
 from gmlp import GMLPForImageClassification, GMLPVisionConfig, GMLPVisionModel
-from gmlp.convert_timm import config_from_timm_state_dict, convert_timm_model, convert_timm_state_dict
+from gmlp.convert_timm import (
+    config_from_timm_state_dict,
+    convert_timm_model,
+    convert_timm_state_dict,
+    timm_image_processor,
+)
 from gmlp.convert_timm import main as convert_main
 from gmlp.image_classification import image_processor_for, load_digits_dataset
 
@@ -302,7 +307,7 @@ def test_convert_command_line_writes_a_pipeline_ready_checkpoint(tmp_path):
     convert_main(["--checkpoint", str(tmp_path / "timm.pth"), "--output", str(tmp_path / "converted")])
     processor_config = json.loads((tmp_path / "converted" / "preprocessor_config.json").read_text())
     assert processor_config["image_mean"] == pytest.approx([0.485, 0.456, 0.406])
-    assert processor_config["size"] == {"height": 32, "width": 32}
+    assert (processor_config["size"], processor_config["crop_pct"]) == ({"shortest_edge": 32}, 0.875)
     model = AutoModelForImageClassification.from_pretrained(tmp_path / "converted").eval()
     pixels = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
@@ -311,6 +316,17 @@ def test_convert_command_line_writes_a_pipeline_ready_checkpoint(tmp_path):
         Image.new("RGB", (48, 48), (200, 30, 30))
     )
     assert len(predictions) == 5 and sum(p["score"] for p in predictions) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_timm_image_processor_resizes_to_size_over_crop_pct_then_centre_crops():
+    # 32 / 0.875 = 36: an image already 36 pixels on its shorter side is only centre-cropped and normalised.
+    image = np.random.default_rng(0).integers(0, 256, size=(36, 44, 3), dtype=np.uint8)
+    pixels = timm_image_processor(32)(Image.fromarray(image), return_tensors="pt").pixel_values[0]
+    crop = image[2:34, 6:38].astype(np.float32) / 255
+    expected = (crop - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+    torch.testing.assert_close(pixels, torch.from_numpy(expected.transpose(2, 0, 1)).float(), atol=1e-5, rtol=1e-5)
+    larger = timm_image_processor(32)(Image.new("RGB", (120, 90)), return_tensors="pt").pixel_values
+    assert larger.shape == (1, 3, 32, 32)
 
 
 def test_digits_dataset_is_a_stratified_split_of_rgb_images():
