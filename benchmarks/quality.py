@@ -3,7 +3,7 @@
     python benchmarks/quality.py                                  # all suites, 1 seed
     python benchmarks/quality.py --suites mlm --seeds 0 1 2        # Table 4 claim, three seeds
     python benchmarks/quality.py --suites sgu --max_steps 300      # Table 3 ordering
-    python benchmarks/quality.py --suites mlm --models bert --learning_rate 3e-4   # another learning rate
+    python benchmarks/quality.py --suites lr --models gmlp bert    # each model at 3e-4, 1e-3, 3e-3 (first seed)
     python benchmarks/quality.py --suites finetune --tasks sst2 mnli squad
 
 Data (../shared/data, never copied into the repo): MLM pretraining on WikiText-2's *test* split and validation
@@ -14,10 +14,14 @@ matched/mismatched and SQuAD v1.1 when their files are present; otherwise that t
   (the paper's Table 4: gMLP trails the Transformer at 60M parameters and matches it from 100M up; Table 6: aMLP
   below both).
 - `sgu`: the four SGU variants of Table 3 at equal steps (paper: split < multiplicative < additive < linear).
-- `finetune`: each `mlm` checkpoint fine-tuned with run_glue.py / run_squad.py.
+- `finetune`: each `mlm` checkpoint (first seed) fine-tuned with run_glue.py / run_squad.py.
+- `lr`: the `mlm` models at each of --sweep_learning_rates, so that no model is judged at a learning rate that suits
+  only the others.
 
 Every run is a subprocess of run_mlm.py / run_glue.py / run_squad.py; results go to benchmarks/results/quality.json
-and .md, the perplexity curves to benchmarks/results/perplexity_curves.png.
+and .md, the perplexity curves to benchmarks/results/quality_curves.png (named after --output). A finished run is
+reused by any later invocation with the same settings (the work dir keeps them), so adding seeds or suites costs only
+the new runs.
 """
 
 import argparse
@@ -88,18 +92,19 @@ def train_tokenizer(args) -> Path:
     return output
 
 
-def run_key(config, args) -> str:
+def run_key(config, args, learning_rate: float) -> str:
     """A short hash of everything that decides a pretraining run's result but the seed, so a finished run is reused
     by a later invocation (more seeds, another suite) and never mistaken for a run with other settings."""
-    settings = [config.to_json_string(use_diff=False), args.max_steps, args.batch_size, args.learning_rate,
+    settings = [config.to_json_string(use_diff=False), args.max_steps, args.batch_size, learning_rate,
                 args.max_eval_samples]
     return hashlib.sha1(json.dumps(settings, default=str).encode()).hexdigest()[:10]
 
 
-def pretrain(args, name: str, config, seed: int, tokenizer: Path) -> dict:
+def pretrain(args, name: str, config, seed: int, tokenizer: Path, learning_rate: float | None = None) -> dict:
     """MLM pretraining with run_mlm.py (or the finished run with the same settings in the work dir): returns the
-    final validation perplexity and the perplexity curve."""
-    key = run_key(config, args)
+    final validation perplexity and the perplexity curve. The learning rate is --learning_rate unless given."""
+    learning_rate = args.learning_rate if learning_rate is None else learning_rate
+    key = run_key(config, args, learning_rate)
     for finished in args.work_dir.glob(f"mlm-*-{key}-seed{seed}/eval_results.json"):
         print(f"  reusing {finished.parent}", file=sys.stderr)
         return read_pretraining(finished.parent)
@@ -112,7 +117,7 @@ def pretrain(args, name: str, config, seed: int, tokenizer: Path) -> dict:
         "--train_file", str(data / "test.txt"), "--validation_file", str(data / "valid.txt"),
         "--max_seq_length", "128", "--do_train", "--do_eval", "--output_dir", str(output),
         "--max_steps", str(args.max_steps), "--per_device_train_batch_size", str(args.batch_size),
-        "--per_device_eval_batch_size", "64", "--learning_rate", str(args.learning_rate),
+        "--per_device_eval_batch_size", "64", "--learning_rate", str(learning_rate),
         "--warmup_steps", str(max(1, args.max_steps // 10)), "--weight_decay", "0.01",
         "--eval_strategy", "steps", "--eval_steps", str(max(1, args.max_steps // 5)),
         "--max_eval_samples", str(args.max_eval_samples), "--logging_steps", str(max(1, args.max_steps // 20)),
@@ -181,6 +186,15 @@ def markdown(results: dict) -> str:
         for name, row in results["sgu"].items():
             lines.append(f"| {name} | {row['parameters'] / 1e6:.2f}M | {summary(row['perplexities'])} | {paper[name]} |")
         lines.append("")
+    if "lr" in results:
+        rates = results["lr_values"]
+        lines += [f"### Learning rate (seed {results['seeds'][0]}): validation perplexity, best in bold", "",
+                  "| model | " + " | ".join(f"lr {rate:g}" for rate in rates) + " |", "|---|" + "---|" * len(rates)]
+        for name, by_rate in results["lr"].items():
+            best = min(by_rate.values())
+            cells = [f"**{value:.2f}**" if value == best else f"{value:.2f}" for value in by_rate.values()]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
     if "finetune" in results:
         lines += ["### Fine-tuning the `mlm` checkpoints", "", "| task | model | metrics |", "|---|---|---|"]
         for task, rows in results["finetune"].items():
@@ -217,13 +231,16 @@ def plot_curves(results: dict, path: Path) -> None:
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suites", nargs="+", default=["mlm", "sgu", "finetune"], choices=["mlm", "sgu", "finetune"])
+    parser.add_argument("--suites", nargs="+", default=["mlm", "sgu", "finetune"],
+                        choices=["mlm", "sgu", "finetune", "lr"])
     parser.add_argument("--models", nargs="+", default=["gmlp", "amlp", "bert"], choices=["gmlp", "amlp", "bert"],
                         help="the models of the mlm suite (and so of finetune)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--max_steps", type=int, default=400, help="MLM pretraining steps per run")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--learning_rate", type=float, default=1e-3)
+    parser.add_argument("--sweep_learning_rates", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3],
+                        help="the learning rates of the lr suite")
     parser.add_argument("--max_eval_samples", type=int, default=256, help="validation sequences of 128 tokens")
     parser.add_argument("--tasks", nargs="+", default=["sst2", "mnli", "squad"], help="fine-tuning tasks")
     parser.add_argument("--finetune_steps", type=int, default=300)
@@ -255,6 +272,13 @@ def main():
                 "checkpoints": [r["checkpoint"] for r in runs],
             }
             print(f"{suite} {name}: perplexity {summary(results[suite][name]['perplexities'])}", file=sys.stderr)
+    if "lr" in args.suites:
+        results["lr_values"] = args.sweep_learning_rates
+        results["lr"] = {
+            name: {str(rate): pretrain(args, name, config, args.seeds[0], tokenizer, rate)["perplexity"]
+                   for rate in args.sweep_learning_rates}
+            for name, config in suites["mlm"].items()
+        }
     if "finetune" in args.suites:
         results["finetune"] = {
             task: {name: finetune(args, task, row["checkpoints"][0], f"{name}-seed{args.seeds[0]}", args.seeds[0])
@@ -263,7 +287,8 @@ def main():
         }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=1))
-    plot_curves(results, args.output.with_name("perplexity_curves.png"))
+    if "mlm" in results or "sgu" in results:
+        plot_curves(results, args.output.with_name(f"{args.output.stem}_curves.png"))
     report = markdown(results)
     args.output.with_suffix(".md").write_text(report)
     print(report)
