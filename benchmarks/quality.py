@@ -14,7 +14,7 @@ matched/mismatched and SQuAD v1.1 when their files are present; otherwise that t
   (the paper's Table 4: gMLP trails the Transformer at 60M parameters and matches it from 100M up; Table 6: aMLP
   below both).
 - `sgu`: the four SGU variants of Table 3 at equal steps (paper: split < multiplicative < additive < linear).
-- `finetune`: each `mlm` checkpoint (first seed) fine-tuned with run_glue.py / run_squad.py.
+- `finetune`: each `mlm` checkpoint fine-tuned with run_glue.py / run_squad.py (with its pretraining seed).
 - `lr`: the `mlm` models at each of --sweep_learning_rates, so that no model is judged at a learning rate that suits
   only the others.
 
@@ -164,10 +164,10 @@ def finetune(args, task: str, checkpoint: str, tag: str, seed: int) -> dict | No
     return json.loads((output / "eval_results.json").read_text())
 
 
-def summary(values: list[float]) -> str:
+def summary(values: list[float], digits: int = 2) -> str:
     if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} (n={len(values)})"
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f} (n={len(values)})"
 
 
 def markdown(results: dict) -> str:
@@ -196,13 +196,17 @@ def markdown(results: dict) -> str:
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
     if "finetune" in results:
-        lines += ["### Fine-tuning the `mlm` checkpoints", "", "| task | model | metrics |", "|---|---|---|"]
+        lines += ["### Fine-tuning the `mlm` checkpoints (each seed's checkpoint with that seed)", "",
+                  "| task | model | metrics |", "|---|---|---|"]
         for task, rows in results["finetune"].items():
-            for name, metrics in rows.items():
-                shown = "skipped: data not in ../shared/data" if metrics is None else ", ".join(
-                    f"{k.removeprefix('eval_')} {v:.4f}" for k, v in metrics.items()
-                    if k.startswith("eval_") and not k.endswith(("runtime", "per_second", "samples", "loss"))
-                    and isinstance(v, float))
+            for name, runs in rows.items():
+                if None in runs:
+                    shown = "skipped: data not in ../shared/data"
+                else:
+                    names = [k for k, v in runs[0].items() if k.startswith("eval_") and isinstance(v, float)
+                             and not k.endswith(("runtime", "per_second", "samples", "loss"))]
+                    shown = ", ".join(f"{k.removeprefix('eval_')} {summary([run[k] for run in runs], digits=4)}"
+                                      for k in names)
                 lines.append(f"| {task} | {name} | {shown} |")
         lines.append("")
     return "\n".join(lines)
@@ -280,8 +284,10 @@ def main():
             for name, config in suites["mlm"].items()
         }
     if "finetune" in args.suites:
+        # Each seed's pretrained checkpoint is fine-tuned with the same seed: the spread covers both stages.
         results["finetune"] = {
-            task: {name: finetune(args, task, row["checkpoints"][0], f"{name}-seed{args.seeds[0]}", args.seeds[0])
+            task: {name: [finetune(args, task, checkpoint, f"{name}-seed{seed}", seed)
+                          for seed, checkpoint in zip(args.seeds, row["checkpoints"])]
                    for name, row in results["mlm"].items()}
             for task in args.tasks
         }
