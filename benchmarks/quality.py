@@ -92,12 +92,16 @@ def train_tokenizer(args) -> Path:
     return output
 
 
-def run_key(config, args, learning_rate: float) -> str:
-    """A short hash of everything that decides a pretraining run's result but the seed, so a finished run is reused
-    by a later invocation (more seeds, another suite) and never mistaken for a run with other settings."""
-    settings = [config.to_json_string(use_diff=False), args.max_steps, args.batch_size, learning_rate,
-                args.max_eval_samples]
+def settings_key(settings: list) -> str:
+    """A short hash of the settings that decide a run's result, part of its folder name, so that a finished run is
+    reused by a later invocation (more seeds, another suite) and never mistaken for a run with other settings."""
     return hashlib.sha1(json.dumps(settings, default=str).encode()).hexdigest()[:10]
+
+
+def run_key(config, args, learning_rate: float) -> str:
+    """The settings key of a pretraining run, but for the seed (which its folder name carries)."""
+    return settings_key([config.to_json_string(use_diff=False), args.max_steps, args.batch_size, learning_rate,
+                         args.max_eval_samples])
 
 
 def pretrain(args, name: str, config, seed: int, tokenizer: Path, learning_rate: float | None = None) -> dict:
@@ -136,8 +140,8 @@ def read_pretraining(output: Path) -> dict:
 def finetune(args, task: str, checkpoint: str, tag: str, seed: int) -> dict | None:
     """Fine-tune one checkpoint on a task (or reuse the finished run with the same settings); None if the task's data
     is not on this machine."""
-    settings = [checkpoint, args.finetune_steps, args.finetune_learning_rate, seed]
-    output = args.work_dir / f"ft-{task}-{tag}-{hashlib.sha1(json.dumps(settings).encode()).hexdigest()[:10]}"
+    key = settings_key([checkpoint, args.finetune_steps, args.finetune_learning_rate, seed])
+    output = args.work_dir / f"ft-{task}-{tag}-{key}"
     common = [
         "--model_name_or_path", checkpoint, "--do_train", "--do_eval", "--output_dir", str(output),
         "--max_steps", str(args.finetune_steps), "--per_device_train_batch_size", "32",
@@ -187,7 +191,7 @@ def markdown(results: dict) -> str:
             lines.append(f"| {name} | {row['parameters'] / 1e6:.2f}M | {summary(row['perplexities'])} | {paper[name]} |")
         lines.append("")
     if "lr" in results:
-        rates = results["lr_values"]
+        rates = [float(rate) for rate in next(iter(results["lr"].values()))]
         lines += [f"### Learning rate (seed {results['seeds'][0]}): validation perplexity, best in bold", "",
                   "| model | " + " | ".join(f"lr {rate:g}" for rate in rates) + " |", "|---|" + "---|" * len(rates)]
         for name, by_rate in results["lr"].items():
@@ -277,7 +281,6 @@ def main():
             }
             print(f"{suite} {name}: perplexity {summary(results[suite][name]['perplexities'])}", file=sys.stderr)
     if "lr" in args.suites:
-        results["lr_values"] = args.sweep_learning_rates
         results["lr"] = {
             name: {str(rate): pretrain(args, name, config, args.seeds[0], tokenizer, rate)["perplexity"]
                    for rate in args.sweep_learning_rates}

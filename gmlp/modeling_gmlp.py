@@ -283,6 +283,10 @@ class GMLPPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["GMLPEmbeddings", "GMLPLayer"]
     _can_record_outputs = {"hidden_states": GMLPLayer, "attentions": GMLPTinyAttention}
+    # Whether the loss honours the Trainer's `num_items_in_batch` (dividing a sum by it). False for the per-example
+    # heads, whose loss is a mean over examples: the Trainer then divides by the gradient-accumulation steps itself.
+    # The token-level heads (masked LM, causal LM, token classification) use Transformers' loss and set it True.
+    accepts_loss_kwargs = False
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -391,6 +395,8 @@ class GMLPForMaskedLM(GMLPPreTrainedModel):
     full logits, so Trainer metrics that read them keep working.
     """
 
+    accepts_loss_kwargs = True
+
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "gmlp.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
@@ -453,6 +459,8 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
 
     gMLP keeps no key/value cache: each generation step runs the whole prefix, which must fit in n tokens.
     """
+
+    accepts_loss_kwargs = True
 
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "gmlp.embeddings.word_embeddings.weight",
@@ -557,10 +565,6 @@ def sequence_classification_loss(config: GMLPConfig, logits: torch.Tensor, label
 class GMLPForSequenceClassification(GMLPPreTrainedModel):
     """A linear classifier (or regressor) on the pooled first token, e.g. for GLUE."""
 
-    # Its loss is a mean over examples that ignores the Trainer's `num_items_in_batch`; False tells the Trainer to
-    # divide by the gradient-accumulation steps itself.
-    accepts_loss_kwargs = False
-
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -600,10 +604,6 @@ class GMLPForSequenceClassification(GMLPPreTrainedModel):
 
 class GMLPForMultipleChoice(GMLPPreTrainedModel):
     """Scores each of several choices with the pooled first token and a shared linear layer."""
-
-    # Its loss is a mean over examples that ignores the Trainer's `num_items_in_batch`; False tells the Trainer to
-    # divide by the gradient-accumulation steps itself.
-    accepts_loss_kwargs = False
 
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
@@ -652,6 +652,8 @@ class GMLPForMultipleChoice(GMLPPreTrainedModel):
 class GMLPForTokenClassification(GMLPPreTrainedModel):
     """A linear classifier on every token, e.g. for named-entity recognition."""
 
+    accepts_loss_kwargs = True
+
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -694,10 +696,6 @@ class GMLPForTokenClassification(GMLPPreTrainedModel):
 
 class GMLPForQuestionAnswering(GMLPPreTrainedModel):
     """Extractive question answering (SQuAD): start and end logits for every token."""
-
-    # Its loss is a mean over examples that ignores the Trainer's `num_items_in_batch`; False tells the Trainer to
-    # divide by the gradient-accumulation steps itself.
-    accepts_loss_kwargs = False
 
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
@@ -814,10 +812,6 @@ class GMLPVisionModel(GMLPVisionPreTrainedModel):
 
 class GMLPForImageClassification(GMLPVisionPreTrainedModel):
     """A linear classifier on the mean of the final patch representations (ImageNet, Table 2)."""
-
-    # Its loss is a mean over examples that ignores the Trainer's `num_items_in_batch`; False tells the Trainer to
-    # divide by the gradient-accumulation steps itself.
-    accepts_loss_kwargs = False
 
     def __init__(self, config: GMLPVisionConfig):
         super().__init__(config)
