@@ -11,17 +11,19 @@ import sys
 from dataclasses import dataclass, field
 
 import datasets
-from transformers import AutoModelForMaskedLM, DataCollatorForLanguageModeling, Trainer, TrainingArguments, set_seed
+from transformers import AutoModelForMaskedLM, Trainer, TrainingArguments, set_seed
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
 from gmlp.mlm import (
     DEFAULT_TRAIN_FILE,
+    MaskedLMCollator,
     fill_mask,
     masked_token_accuracy,
     masked_token_predictions,
     perplexity,
     tokenize_for_mlm,
     train_or_load_tokenizer,
+    with_fixed_mask,
 )
 from gmlp.training import (
     ModelArguments,
@@ -92,6 +94,11 @@ class DataTrainingArguments:
         metadata={"help": "gMLP: in training, compute the vocabulary projection only at masked positions (same loss, "
                   "faster steps; evaluation keeps full logits). `--sparse_prediction false` turns it off."},
     )
+    eval_mask_seed: int = field(
+        default=0,
+        metadata={"help": "Seed of the evaluation mask, drawn once: every evaluation scores the same masked tokens, so "
+                  "perplexities of checkpoints and runs compare exactly (training draws fresh masks)."},
+    )
     fill_mask_text: str | None = field(
         default=None, metadata={"help": "After training, print the model's top predictions for this text's [MASK]."}
     )
@@ -147,8 +154,6 @@ def main(argv: list[str] | None = None) -> dict:
     if model_args.model_name_or_path is None:
         config.vocab_size = len(tokenizer)
     model = load_model(AutoModelForMaskedLM, model_args, config)
-    if model.config.model_type == "gmlp":
-        model.config.sparse_prediction = data_args.sparse_prediction
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         model.resize_token_embeddings(len(tokenizer))
 
@@ -160,7 +165,15 @@ def main(argv: list[str] | None = None) -> dict:
         # The collator needs the offset mapping to find words; the Trainer would drop it as an unused column.
         training_args.remove_unused_columns = False
     train_dataset = select_samples(tokenized["train"], data_args.max_train_samples) if training_args.do_train else None
-    eval_dataset = select_samples(tokenized["validation"], data_args.max_eval_samples) if training_args.do_eval else None
+    collator = MaskedLMCollator(
+        tokenizer, mlm_probability=data_args.mlm_probability, whole_word_mask=data_args.whole_word_mask,
+        sparse_prediction=data_args.sparse_prediction and model.config.model_type == "gmlp",
+    )
+    eval_dataset = None
+    if training_args.do_eval:
+        eval_dataset = select_samples(tokenized["validation"], data_args.max_eval_samples)
+        with training_args.main_process_first(desc="fixing the evaluation mask"):
+            eval_dataset = with_fixed_mask(eval_dataset, collator, data_args.eval_mask_seed)
 
     trainer = Trainer(
         model=model,
@@ -168,9 +181,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
-        data_collator=DataCollatorForLanguageModeling(
-            tokenizer, mlm_probability=data_args.mlm_probability, whole_word_mask=data_args.whole_word_mask
-        ),
+        data_collator=collator,
         compute_metrics=masked_token_accuracy if training_args.do_eval else None,
         preprocess_logits_for_metrics=masked_token_predictions if training_args.do_eval else None,
     )

@@ -111,17 +111,16 @@ def training_cases(only: str | None = None, bert_intermediate_size: int | None =
     bert_config = bert_config_matching(None, length, intermediate_size=bert_intermediate_size)
     no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
-    def sparse_gmlp():
-        model = GMLPForMaskedLM(gmlp_config())
-        model.config.sparse_prediction = True
-        return model
-
     def hf_loss(model, input_ids, labels):
         return model(input_ids=input_ids, labels=labels).loss
 
+    def sparse_loss(model, input_ids, labels):
+        return model(input_ids=input_ids, labels=labels, sparse_prediction=True).loss
+
     factories = {
         "gmlp (full logits)": (lambda: GMLPForMaskedLM(gmlp_config()), hf_loss, "GMLPForMaskedLM, default output"),
-        "gmlp sparse_prediction": (sparse_gmlp, hf_loss, "GMLPForMaskedLM, config.sparse_prediction=True"),
+        "gmlp sparse_prediction": (
+            lambda: GMLPForMaskedLM(gmlp_config()), sparse_loss, "GMLPForMaskedLM, sparse_prediction=True"),
         "BertForMaskedLM": (lambda: BertForMaskedLM(bert_config), hf_loss, "default dropout 0.1, full logits"),
         "BertForMaskedLM no dropout": (
             lambda: BertForMaskedLM(bert_config_matching(None, length, intermediate_size=bert_intermediate_size,
@@ -304,11 +303,9 @@ def run_compile(args) -> dict:
     torch.manual_seed(0)
     input_ids, labels = mlm_batch(BATCH_SIZE, BASE["max_position_embeddings"])
     eager, compiled = (GMLPForMaskedLM(gmlp_config()) for _ in range(2))
-    for model in (eager, compiled):
-        model.config.sparse_prediction = True
 
     def loss_fn(model, ids, target):
-        return model(input_ids=ids, labels=target).loss
+        return model(input_ids=ids, labels=target, sparse_prediction=True).loss
 
     start = time.perf_counter()
     compiled_step = training_step_fn(compiled, loss_fn, input_ids, labels, compile_model=True)
@@ -375,9 +372,9 @@ def run_scaling(args) -> dict:
         layers = dict(num_hidden_layers=args.scaling_layers, max_position_embeddings=length)
         torch.manual_seed(0)
         encoders = {
-            "gmlp dense W": GMLPModel(gmlp_config(spatial_weight_type="dense", **layers), add_pooling_layer=False),
-            "gmlp Toeplitz direct": GMLPModel(gmlp_config(spatial_fft_min_length=10**9, **layers), add_pooling_layer=False),
-            "gmlp Toeplitz FFT": GMLPModel(gmlp_config(spatial_fft_min_length=1, **layers), add_pooling_layer=False),
+            "gmlp dense W": GMLPModel(gmlp_config(spatial_weight_type="dense", **layers)),
+            "gmlp Toeplitz direct": GMLPModel(gmlp_config(spatial_fft_min_length=10**9, **layers)),
+            "gmlp Toeplitz FFT": GMLPModel(gmlp_config(spatial_fft_min_length=1, **layers)),
             # Attention dropout off so that BERT takes SDPA's memory-efficient path at long lengths.
             "BERT": BertModel(_bert_for_scaling(target, length, args.scaling_layers), add_pooling_layer=False),
         }

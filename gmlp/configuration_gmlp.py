@@ -6,6 +6,7 @@ from transformers.configuration_utils import PreTrainedConfig
 
 SGU_VARIANTS = ("multiplicative_split", "multiplicative", "additive", "linear")
 SPATIAL_WEIGHT_TYPES = ("toeplitz", "dense")
+CLASSIFIER_POOLINGS = ("first", "mean")
 
 # The paper's full BERT setup (Table 5: Toeplitz W, n = 512, a 32k vocabulary) and CPU-sized tiny models.
 # aMLP's tiny attention is a single head of size 64 in the base model and 128 in the large one: these are
@@ -64,7 +65,9 @@ class GMLPConfig(PreTrainedConfig):
         hidden_act: Activation after the channel expansion.
         hidden_dropout_prob: Dropout on the embeddings and on each block's output.
         attention_probs_dropout_prob: Dropout on the tiny attention's weights (aMLP).
-        classifier_dropout: Dropout before classification heads; `None` uses `hidden_dropout_prob`.
+        classifier_dropout: Dropout in the sentence- and token-level heads; `None` uses `hidden_dropout_prob`.
+        classifier_pooling: The sentence representation of the sequence-classification and multiple-choice heads:
+            `"first"` (the first token, as BERT's pooler) or `"mean"` (the mean over real tokens).
         initializer_range: Standard deviation of the normal init of embeddings and linear layers.
         layer_norm_eps: Epsilon of every LayerNorm.
         sgu_variant: The spatial gating function of Table 3: `"multiplicative_split"` (the paper's SGU,
@@ -81,9 +84,6 @@ class GMLPConfig(PreTrainedConfig):
         drop_path_rate: Probability of dropping a whole block per sample in training (stochastic depth).
         pad_token_id: Id of the padding token.
         tie_word_embeddings: Tie the language-model decoder to the input embeddings.
-        sparse_prediction: MLM training speed-up (as in ModernBERT): in training mode with labels,
-            `GMLPForMaskedLM` computes the vocabulary projection only at labelled positions and returns logits of
-            shape (labelled positions, vocab_size). Same loss; evaluation always returns full logits.
 
     Example:
 
@@ -106,6 +106,7 @@ class GMLPConfig(PreTrainedConfig):
     hidden_dropout_prob: float | int = 0.1
     attention_probs_dropout_prob: float | int = 0.1
     classifier_dropout: float | int | None = None
+    classifier_pooling: str = "first"
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-5
     sgu_variant: str = "multiplicative_split"
@@ -120,7 +121,6 @@ class GMLPConfig(PreTrainedConfig):
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     tie_word_embeddings: bool = True
-    sparse_prediction: bool = False
     # gMLP has no key/value cache: generation reruns the whole prefix at every step.
     use_cache: bool = False
 
@@ -154,6 +154,10 @@ class GMLPConfig(PreTrainedConfig):
             )
         if self.sgu_variant not in SGU_VARIANTS:
             raise ValueError(f"Unknown `sgu_variant` {self.sgu_variant!r}; choose one of {', '.join(SGU_VARIANTS)}.")
+        if self.classifier_pooling not in CLASSIFIER_POOLINGS:
+            raise ValueError(
+                f"Unknown `classifier_pooling` {self.classifier_pooling!r}; choose one of {', '.join(CLASSIFIER_POOLINGS)}."
+            )
         if self.spatial_weight_type not in SPATIAL_WEIGHT_TYPES:
             raise ValueError(
                 f"Unknown `spatial_weight_type` {self.spatial_weight_type!r}; "

@@ -6,9 +6,12 @@ import math
 from itertools import chain
 from pathlib import Path
 
+from dataclasses import dataclass
+
 import datasets
 import numpy as np
-from transformers import AutoTokenizer, TrainingArguments, pipeline
+import torch
+from transformers import AutoTokenizer, DataCollatorForLanguageModeling, TrainingArguments, pipeline
 
 from .tokenization_gmlp import train_tokenizer
 
@@ -96,6 +99,64 @@ def tokenize_for_mlm(
                 f"--max_seq_length {max_seq_length} tokens. Give more text, a smaller --max_seq_length, or --line_by_line."
             )
     return tokenized
+
+
+def with_fixed_mask(dataset: datasets.Dataset, collator: DataCollatorForLanguageModeling, seed: int) -> datasets.Dataset:
+    """`dataset` masked once, with a generator seeded by `seed`: each example gets its masked `input_ids` and its
+    `labels`, so that every evaluation of every checkpoint scores the same masked positions (a fresh random mask
+    per evaluation moves the perplexity by several percent). `MaskedLMCollator` only pads such examples."""
+    masker = DataCollatorForLanguageModeling(
+        collator.tokenizer,
+        mlm_probability=collator.mlm_probability,
+        mask_replace_prob=collator.mask_replace_prob,
+        random_replace_prob=collator.random_replace_prob,
+        whole_word_mask=collator.whole_word_mask,
+    )
+    masker.generator = torch.Generator().manual_seed(seed)
+
+    def mask(example):
+        batch = masker([example])
+        return {key: value[0].tolist() for key, value in batch.items()}
+
+    # One example at a time, in order, in this process: the masks depend only on the seed and the data.
+    return dataset.map(mask, remove_columns=[c for c in ("special_tokens_mask", "offset_mapping") if c in dataset.column_names],
+                       desc="Fixing the evaluation mask", load_from_cache_file=False)
+
+
+@dataclass
+class MaskedLMCollator(DataCollatorForLanguageModeling):
+    """Transformers' MLM collator, plus two things:
+
+    - examples that already carry `labels` (the fixed evaluation mask of `with_fixed_mask`) are padded, not masked
+      again;
+    - with `sparse_prediction`, every batch asks `GMLPForMaskedLM` for logits at the masked positions only (in
+      training mode; a speed-up that keeps the loss, see the model's docstring).
+    """
+
+    sparse_prediction: bool = False
+
+    def torch_call(self, examples):
+        if isinstance(examples[0], dict) and "labels" in examples[0]:
+            batch = self._pad_masked(examples)
+        else:
+            batch = super().torch_call(examples)
+        if self.sparse_prediction:
+            batch["sparse_prediction"] = True
+        return batch
+
+    def _pad_masked(self, examples) -> dict:
+        labels = [example["labels"] for example in examples]
+        inputs = [{key: value for key, value in example.items() if key != "labels"} for example in examples]
+        batch = self.tokenizer.pad(inputs, return_tensors="pt", pad_to_multiple_of=self.pad_to_multiple_of)
+        length = batch["input_ids"].shape[1]
+        padded = torch.full((len(labels), length), -100, dtype=torch.long)
+        for row, label in enumerate(labels):
+            if self.tokenizer.padding_side == "left":
+                padded[row, length - len(label) :] = torch.as_tensor(label)
+            else:
+                padded[row, : len(label)] = torch.as_tensor(label)
+        batch["labels"] = padded
+        return dict(batch)
 
 
 def masked_token_predictions(logits, labels):

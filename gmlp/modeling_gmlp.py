@@ -15,6 +15,7 @@ from transformers.activations import ACT2FN
 from transformers.generation import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
+    BaseModelOutput,
     BaseModelOutputWithPooling,
     CausalLMOutput,
     ImageClassifierOutput,
@@ -231,49 +232,50 @@ class GMLPEncoder(nn.Module):
         return hidden_states
 
 
-class GMLPPooler(nn.Module):
-    """BERT's pooler: a dense layer and tanh on the first token, for sentence-level heads."""
+class GMLPClassificationHead(nn.Module):
+    """The sentence-level head: pool the sequence, then dense + tanh, dropout and a projection to the outputs.
+
+    `config.classifier_pooling` chooses the sentence representation: `"first"` (the first token, as BERT's pooler)
+    or `"mean"` (the mean over real tokens). The head owns every weight it adds, so that a checkpoint or an adapter
+    that saves the head (PEFT's `modules_to_save=["classifier"]`) holds all of it.
+    """
+
+    def __init__(self, config: GMLPConfig, num_outputs: int):
+        super().__init__()
+        self.pooling = config.classifier_pooling
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.out_proj = nn.Linear(config.hidden_size, num_outputs)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.pooling == "mean":
+            pooled = mean_over_tokens(hidden_states, attention_mask)
+        else:
+            pooled = hidden_states[:, 0]
+        return self.out_proj(self.dropout(torch.tanh(self.dense(pooled))))
+
+
+def mean_over_tokens(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """The mean of `hidden_states` over the sequence, counting only real tokens when a mask is given."""
+    if attention_mask is None:
+        return hidden_states.mean(dim=1)
+    weights = attention_mask[..., None].to(hidden_states.dtype)
+    return (hidden_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+
+
+class GMLPLMHead(nn.Module):
+    """BERT's language-model head: dense, activation and LayerNorm, then the vocabulary projection, whose weight is
+    tied to the input embeddings."""
 
     def __init__(self, config: GMLPConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.activation = nn.Tanh()
+        self.activation = ACT2FN[config.hidden_act]
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.activation(self.dense(hidden_states[:, 0]))
-
-
-class GMLPPredictionHeadTransform(nn.Module):
-    def __init__(self, config: GMLPConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.transform_act_fn = ACT2FN[config.hidden_act]
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.transform_act_fn(self.dense(hidden_states)))
-
-
-class GMLPLMPredictionHead(nn.Module):
-    """BERT's language-model head; the decoder's weight is tied to the input embeddings."""
-
-    def __init__(self, config: GMLPConfig):
-        super().__init__()
-        self.transform = GMLPPredictionHeadTransform(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.transform(hidden_states))
-
-
-class GMLPOnlyMLMHead(nn.Module):
-    def __init__(self, config: GMLPConfig):
-        super().__init__()
-        self.predictions = GMLPLMPredictionHead(config)
-
-    def forward(self, sequence_output: torch.Tensor) -> torch.Tensor:
-        return self.predictions(sequence_output)
+        return self.decoder(self.norm(self.activation(self.dense(hidden_states))))
 
 
 class GMLPPreTrainedModel(PreTrainedModel):
@@ -296,19 +298,17 @@ class GMLPPreTrainedModel(PreTrainedModel):
             bound = self.config.spatial_init_eps / self.config.max_position_embeddings
             init.uniform_(module.weight, -bound, bound)
             init.ones_(module.bias)
-        elif isinstance(module, GMLPLMPredictionHead):
-            init.zeros_(module.bias)
 
 
 class GMLPModel(GMLPPreTrainedModel):
-    """The bare gMLP / aMLP encoder: embeddings, L gMLP blocks and a final LayerNorm (and optionally BERT's pooler)."""
+    """The bare gMLP / aMLP encoder: embeddings, L gMLP blocks and a final LayerNorm. (No pooler: the sentence-level
+    heads own theirs, see `GMLPClassificationHead`.)"""
 
-    def __init__(self, config: GMLPConfig, add_pooling_layer: bool = True):
+    def __init__(self, config: GMLPConfig):
         super().__init__(config)
         self.embeddings = GMLPEmbeddings(config)
         self.encoder = GMLPEncoder(config)
         self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.pooler = GMLPPooler(config) if add_pooling_layer else None
         self.post_init()
 
     def get_input_embeddings(self):
@@ -326,7 +326,7 @@ class GMLPModel(GMLPPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
-    ) -> tuple[torch.Tensor] | BaseModelOutputWithPooling:
+    ) -> tuple[torch.Tensor] | BaseModelOutput:
         r"""
         input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; sequence_length must
             not exceed `config.max_position_embeddings` (the spatial size n).
@@ -344,8 +344,7 @@ class GMLPModel(GMLPPreTrainedModel):
         hidden_states = self.embeddings(input_ids, token_type_ids, inputs_embeds)
         hidden_states = self.encoder(hidden_states, attention_mask, **kwargs)
         sequence_output = self.final_norm(hidden_states)
-        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
-        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
+        return BaseModelOutput(last_hidden_state=sequence_output)
 
     def _check_input_shape(self, input_shape, attention_mask, token_type_ids):
         """Clear errors for inputs the spatial weights cannot take, before they fail deep inside torch."""
@@ -387,33 +386,29 @@ def check_labels(labels: torch.Tensor, num_classes: int, name: str = "labels") -
 class GMLPForMaskedLM(GMLPPreTrainedModel):
     """gMLP with BERT's masked-language-model head (the decoder tied to the input embeddings).
 
-    Opt-in speed-up for MLM training: with `config.sparse_prediction = True` (as in ModernBERT; off by default),
-    in training mode and with `labels` given, the vocabulary projection runs only at labelled positions. The loss
-    is unchanged, but `logits` then has shape `(number of labelled positions, vocab_size)` instead of
-    `(batch_size, sequence_length, vocab_size)`. With 15% of positions labelled this skips most of the step's
-    largest matmul (1.6x faster training steps on a 2-core CPU). Evaluation (`model.eval()`) always returns the
-    full logits, so Trainer metrics that read them keep working.
+    Opt-in speed-up for MLM training, a forward argument (the training loop's choice, never saved with the
+    model): with `sparse_prediction=True`, in training mode and with `labels` given, the vocabulary projection runs
+    only at labelled positions. The loss is unchanged, but `logits` then has shape
+    `(number of labelled positions, vocab_size)` instead of `(batch_size, sequence_length, vocab_size)`. With 15% of
+    positions labelled this skips most of the step's largest matmul. Evaluation (`model.eval()`) always returns the
+    full logits, so metrics that read them keep working. `run_mlm.py` turns it on through its data collator.
     """
 
     accepts_loss_kwargs = True
 
-    _tied_weights_keys = {
-        "cls.predictions.decoder.weight": "gmlp.embeddings.word_embeddings.weight",
-        "cls.predictions.decoder.bias": "cls.predictions.bias",
-    }
+    _tied_weights_keys = {"lm_head.decoder.weight": "gmlp.embeddings.word_embeddings.weight"}
 
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
-        self.gmlp = GMLPModel(config, add_pooling_layer=False)
-        self.cls = GMLPOnlyMLMHead(config)
+        self.gmlp = GMLPModel(config)
+        self.lm_head = GMLPLMHead(config)
         self.post_init()
 
     def get_output_embeddings(self):
-        return self.cls.predictions.decoder
+        return self.lm_head.decoder
 
     def set_output_embeddings(self, new_embeddings):
-        self.cls.predictions.decoder = new_embeddings
-        self.cls.predictions.bias = new_embeddings.bias
+        self.lm_head.decoder = new_embeddings
 
     @can_return_tuple
     def forward(
@@ -423,11 +418,14 @@ class GMLPForMaskedLM(GMLPPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        sparse_prediction: bool = False,
         **kwargs,
     ) -> tuple[torch.Tensor] | MaskedLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): target token ids for the
             masked positions, -100 elsewhere.
+        sparse_prediction (`bool`, *optional*, defaults to `False`): in training mode with `labels`, compute logits
+            only at the labelled positions (see the class docstring).
         """
         outputs = self.gmlp(
             input_ids,
@@ -440,10 +438,10 @@ class GMLPForMaskedLM(GMLPPreTrainedModel):
         sequence_output = outputs.last_hidden_state
         if labels is not None:
             check_labels(labels, self.config.vocab_size)
-            if self.training and self.config.sparse_prediction:
+            if self.training and sparse_prediction:
                 labelled = labels != -100
                 sequence_output, labels = sequence_output[labelled], labels[labelled]
-        prediction_scores = self.cls(sequence_output)
+        prediction_scores = self.lm_head(sequence_output)
         loss = None
         if labels is not None:
             # Transformers' MLM loss: divided by the Trainer's `num_items_in_batch` when given (so gradient
@@ -462,10 +460,7 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
 
     accepts_loss_kwargs = True
 
-    _tied_weights_keys = {
-        "cls.predictions.decoder.weight": "gmlp.embeddings.word_embeddings.weight",
-        "cls.predictions.decoder.bias": "cls.predictions.bias",
-    }
+    _tied_weights_keys = {"lm_head.decoder.weight": "gmlp.embeddings.word_embeddings.weight"}
 
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
@@ -474,16 +469,15 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
                 "GMLPForCausalLM needs causal spatial weights: build its config with `is_decoder=True`, e.g. "
                 "`GMLPConfig.from_preset('gmlp-tiny', is_decoder=True)`."
             )
-        self.gmlp = GMLPModel(config, add_pooling_layer=False)
-        self.cls = GMLPOnlyMLMHead(config)
+        self.gmlp = GMLPModel(config)
+        self.lm_head = GMLPLMHead(config)
         self.post_init()
 
     def get_output_embeddings(self):
-        return self.cls.predictions.decoder
+        return self.lm_head.decoder
 
     def set_output_embeddings(self, new_embeddings):
-        self.cls.predictions.decoder = new_embeddings
-        self.cls.predictions.bias = new_embeddings.bias
+        self.lm_head.decoder = new_embeddings
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
@@ -532,7 +526,7 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
         )
         hidden_states = outputs.last_hidden_state
         positions = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        logits = self.cls(hidden_states[:, positions])
+        logits = self.lm_head(hidden_states[:, positions])
         loss = None
         if labels is not None:
             check_labels(labels, self.config.vocab_size)
@@ -563,14 +557,12 @@ def sequence_classification_loss(config: GMLPConfig, logits: torch.Tensor, label
 
 
 class GMLPForSequenceClassification(GMLPPreTrainedModel):
-    """A linear classifier (or regressor) on the pooled first token, e.g. for GLUE."""
+    """A classifier (or regressor) on the pooled sequence (`config.classifier_pooling`), e.g. for GLUE."""
 
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
         self.gmlp = GMLPModel(config)
-        self.dropout = nn.Dropout(classifier_dropout(config))
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = GMLPClassificationHead(config, config.num_labels)
         self.post_init()
 
     @can_return_tuple
@@ -595,7 +587,7 @@ class GMLPForSequenceClassification(GMLPPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.classifier(self.dropout(outputs.pooler_output))
+        logits = self.classifier(outputs.last_hidden_state, attention_mask)
         loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
@@ -603,13 +595,12 @@ class GMLPForSequenceClassification(GMLPPreTrainedModel):
 
 
 class GMLPForMultipleChoice(GMLPPreTrainedModel):
-    """Scores each of several choices with the pooled first token and a shared linear layer."""
+    """Scores each of several choices with the sentence-level head (`config.classifier_pooling`), shared by all."""
 
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
         self.gmlp = GMLPModel(config)
-        self.dropout = nn.Dropout(classifier_dropout(config))
-        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.classifier = GMLPClassificationHead(config, 1)
         self.post_init()
 
     @can_return_tuple
@@ -639,7 +630,7 @@ class GMLPForMultipleChoice(GMLPPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
+        logits = self.classifier(outputs.last_hidden_state, flatten_choices(attention_mask)).view(-1, num_choices)
         loss = None
         if labels is not None:
             check_labels(labels, num_choices)
@@ -657,7 +648,7 @@ class GMLPForTokenClassification(GMLPPreTrainedModel):
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.gmlp = GMLPModel(config, add_pooling_layer=False)
+        self.gmlp = GMLPModel(config)
         self.dropout = nn.Dropout(classifier_dropout(config))
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
@@ -700,7 +691,7 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.gmlp = GMLPModel(config, add_pooling_layer=False)
+        self.gmlp = GMLPModel(config)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 

@@ -99,9 +99,7 @@ def visualize(
     plotted values ((layers, n) for text models, (layers, patches, grid, grid) for vision models)."""
     config = AutoConfig.from_pretrained(checkpoint)
     is_vision = config.model_type == "gmlp_vision"
-    # The text base model's pooler is not in MLM checkpoints and is not needed here.
-    model_kwargs = {} if is_vision else {"add_pooling_layer": False}
-    model = AutoModel.from_pretrained(checkpoint, config=config, **model_kwargs).eval()
+    model = AutoModel.from_pretrained(checkpoint, config=config).eval()
     weights = spatial_weights(model)
     layers = list(range(len(weights))) if layers is None else layers
     bad = [layer for layer in layers if not 0 <= layer < len(weights)]

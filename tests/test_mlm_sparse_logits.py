@@ -1,4 +1,4 @@
-"""`config.sparse_prediction`: in training, the vocabulary projection only at labelled positions gives the same loss,
+"""`sparse_prediction=True` (a forward argument): in training, the vocabulary projection only at labelled positions gives the same loss,
 gradients and (labelled) logits as the full path; evaluation and the default keep the full logits."""
 
 import torch
@@ -21,9 +21,9 @@ def tiny_model_and_batch():
     return model, input_ids, labels, labelled
 
 
-def loss_logits_and_grads(model, input_ids, labels):
+def loss_logits_and_grads(model, input_ids, labels, **kwargs):
     model.zero_grad()
-    output = model(input_ids=input_ids, labels=labels)
+    output = model(input_ids=input_ids, labels=labels, **kwargs)
     output.loss.backward()
     grads = {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
     return output.loss.detach(), output.logits.detach(), grads
@@ -32,8 +32,7 @@ def loss_logits_and_grads(model, input_ids, labels):
 def test_sparse_prediction_matches_full_loss_logits_and_gradients():
     model, input_ids, labels, labelled = tiny_model_and_batch()
     full_loss, full_logits, full_grads = loss_logits_and_grads(model, input_ids, labels)
-    model.config.sparse_prediction = True
-    sparse_loss, sparse_logits, sparse_grads = loss_logits_and_grads(model, input_ids, labels)
+    sparse_loss, sparse_logits, sparse_grads = loss_logits_and_grads(model, input_ids, labels, sparse_prediction=True)
 
     assert full_logits.shape == (3, 16, 97)
     assert sparse_logits.shape == (int(labelled.sum()), 97)
@@ -47,15 +46,15 @@ def test_sparse_prediction_matches_full_loss_logits_and_gradients():
 def test_sparse_prediction_keeps_full_logits_without_labels_and_in_evaluation():
     model, input_ids, labels, _ = tiny_model_and_batch()
     expected = model(input_ids=input_ids, labels=labels)
-    model.config.sparse_prediction = True
-    torch.testing.assert_close(model(input_ids=input_ids).logits, expected.logits)
-    evaluated = model.eval()(input_ids=input_ids, labels=labels)
+    torch.testing.assert_close(model(input_ids=input_ids, sparse_prediction=True).logits, expected.logits)
+    evaluated = model.eval()(input_ids=input_ids, labels=labels, sparse_prediction=True)
     assert evaluated.logits.shape == (3, 16, 97)
     torch.testing.assert_close(evaluated.logits, expected.logits)
     torch.testing.assert_close(evaluated.loss, expected.loss)
 
 
-def test_sparse_prediction_is_off_by_default():
+def test_sparse_prediction_is_off_by_default_and_never_saved(tmp_path):
     model, input_ids, labels, _ = tiny_model_and_batch()
-    assert not getattr(model.config, "sparse_prediction", False)
+    model.save_pretrained(tmp_path)
+    assert "sparse_prediction" not in (tmp_path / "config.json").read_text()
     assert model(input_ids=input_ids, labels=labels).logits.shape == (3, 16, 97)

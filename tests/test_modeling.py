@@ -69,7 +69,7 @@ def _seed():
 def test_preset_parameter_counts_reproduce_the_paper(name, overrides, millions):
     config = GMLPConfig.from_preset(name, **overrides)
     with torch.device("meta"):
-        model = GMLPModel(config, add_pooling_layer=False)
+        model = GMLPModel(config)
     assert round(model.num_parameters() / 1e6) == millions
     assert config.spatial_weight_type == "toeplitz"
 
@@ -391,7 +391,7 @@ def test_hidden_states_attentions_and_tuple_outputs():
         assert weights[1, :, :, 6:].abs().max() == 0  # padded keys get no weight
     assert isinstance(as_tuple, tuple)
     torch.testing.assert_close(as_tuple[0], outputs.last_hidden_state)
-    torch.testing.assert_close(as_tuple[1], outputs.pooler_output)
+    assert len(as_tuple) == 1  # only last_hidden_state: the base model has no pooler
 
 
 def test_gmlp_without_tiny_attention_returns_no_attentions():
@@ -402,7 +402,7 @@ def test_gmlp_without_tiny_attention_returns_no_attentions():
 def test_masked_lm_head_is_tied_and_its_loss_is_cross_entropy():
     config = tiny_config()
     model = GMLPForMaskedLM(config).eval()
-    assert model.cls.predictions.decoder.weight is model.gmlp.embeddings.word_embeddings.weight
+    assert model.lm_head.decoder.weight is model.gmlp.embeddings.word_embeddings.weight
     ids = random_ids(2, 8)
     labels = torch.full_like(ids, -100)
     labels[:, 2] = ids[:, 2]
@@ -561,19 +561,19 @@ def test_torch_compile_sparse_prediction_training_matches_eager():
     """The compiled MLM training step (sparse_prediction) gives eager's loss and gradients; the only graph break is
     the data-dependent selection of the labelled positions (the labels check is skipped while compiling)."""
     torch.manual_seed(0)
-    model = GMLPForMaskedLM(tiny_config(sparse_prediction=True)).train()
+    model = GMLPForMaskedLM(tiny_config()).train()
     ids = random_ids(2, 10)
     labels = torch.full_like(ids, -100)
     labels[:, ::3] = ids[:, ::3]
-    explanation = torch._dynamo.explain(model)(input_ids=ids, labels=labels)
+    explanation = torch._dynamo.explain(model)(input_ids=ids, labels=labels, sparse_prediction=True)
     assert explanation.graph_break_count == 2  # sequence_output[labelled] and labels[labelled]
     assert all("check_labels" not in str(reason.user_stack) for reason in explanation.break_reasons)
-    eager_loss = model(input_ids=ids, labels=labels).loss
+    eager_loss = model(input_ids=ids, labels=labels, sparse_prediction=True).loss
     eager_loss.backward()
     eager_grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     torch._dynamo.reset()
-    compiled_loss = torch.compile(model, backend="aot_eager")(input_ids=ids, labels=labels).loss
+    compiled_loss = torch.compile(model, backend="aot_eager")(input_ids=ids, labels=labels, sparse_prediction=True).loss
     compiled_loss.backward()
     torch.testing.assert_close(compiled_loss, eager_loss)
     for eager_grad, param in zip(eager_grads, model.parameters()):
@@ -597,3 +597,45 @@ def test_modules_hold_no_unregistered_tensors():
         for name, value in vars(module).items():
             if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
                 assert id(value) in registered, f"{type(module).__name__}.{name} is a tensor but not a buffer"
+
+
+@pytest.mark.parametrize("pooling", ["first", "mean"])
+def test_sentence_heads_pool_as_configured_and_ignore_padding(pooling):
+    """`classifier_pooling`: the first token, or the mean over real tokens; a right-padded sequence is classified as
+    the unpadded one, and multiple choice scores each choice with the same head."""
+    torch.manual_seed(0)
+    config = tiny_config(classifier_pooling=pooling, num_labels=3)
+    model = GMLPForSequenceClassification(config).eval()
+    ids = random_ids(2, 9)
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[1, 5:] = 0
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask).logits
+        alone = model(ids[1:, :5]).logits
+        hidden = model.gmlp(ids, attention_mask=mask).last_hidden_state
+    pooled = hidden[:, 0] if pooling == "first" else torch.stack([hidden[0].mean(0), hidden[1, :5].mean(0)])
+    head = model.classifier
+    torch.testing.assert_close(logits, head.out_proj(torch.tanh(head.dense(pooled))))
+    torch.testing.assert_close(logits[1:], alone, rtol=1e-5, atol=1e-5)
+
+    choices = GMLPForMultipleChoice(config).eval()
+    with torch.no_grad():
+        scores = choices(ids[None], attention_mask=mask[None]).logits
+        each = [choices(ids[None, i : i + 1], attention_mask=mask[None, i : i + 1]).logits for i in range(2)]
+    assert scores.shape == (1, 2)
+    torch.testing.assert_close(scores, torch.cat(each, dim=1), rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_classifier_pooling_is_refused():
+    with pytest.raises(Exception, match="classifier_pooling.*first, mean"):
+        tiny_config(classifier_pooling="max")
+
+
+def test_sentence_heads_own_every_weight_they_add(tmp_path):
+    """Loaded from an MLM checkpoint, a classification model's only new weights are its head's, all under
+    `classifier.`: a checkpoint or an adapter that saves the head reproduces the model exactly."""
+    GMLPForMaskedLM(tiny_config()).save_pretrained(tmp_path)
+    for head_class in (GMLPForSequenceClassification, GMLPForMultipleChoice):
+        _, info = head_class.from_pretrained(tmp_path, num_labels=2, output_loading_info=True)
+        assert info["missing_keys"] and all(key.startswith("classifier.") for key in info["missing_keys"])
+        assert {key.split(".")[1] for key in info["missing_keys"]} == {"dense", "out_proj"}

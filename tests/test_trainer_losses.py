@@ -18,6 +18,8 @@ from gmlp import (
     GMLPForTokenClassification,
     GMLPVisionConfig,
 )
+from gmlp.mlm import MaskedLMCollator
+from gmlp.tokenization_gmlp import train_tokenizer
 
 
 VOCAB, LENGTH, EXAMPLES = 40, 8, 8
@@ -28,6 +30,11 @@ def text_config(**overrides):
         vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2, max_position_embeddings=LENGTH,
         hidden_dropout_prob=0.0, **overrides,
     )
+
+
+def tokenizer():
+    """A tokenizer for the MLM collator, which reads only its special tokens here (the rows are already masked)."""
+    return train_tokenizer(iter(["a small text to train on"]), vocab_size=VOCAB, min_frequency=1)
 
 
 def token_rows(labelled_fraction: float, label_range: int):
@@ -50,7 +57,7 @@ def example_rows(**columns):
 CASES = {
     "masked_lm": lambda: (GMLPForMaskedLM(text_config()), token_rows(0.3, VOCAB)),
     "masked_lm_sparse_prediction": lambda: (
-        GMLPForMaskedLM(text_config(sparse_prediction=True)), token_rows(0.3, VOCAB)),
+        GMLPForMaskedLM(text_config()), token_rows(0.3, VOCAB), MaskedLMCollator(tokenizer(), sparse_prediction=True)),
     "causal_lm": lambda: (GMLPForCausalLM(text_config(is_decoder=True)), token_rows(0.6, VOCAB)),
     "token_classification": lambda: (GMLPForTokenClassification(text_config(num_labels=3)), token_rows(0.5, 3)),
     "sequence_classification": lambda: (
@@ -74,14 +81,15 @@ CASES = {
 def one_step(case: str, tmp_path, batch_size: int, accumulation_steps: int):
     """The logged training loss and the parameter update of one plain-SGD step (lr 1, no clipping)."""
     torch.manual_seed(0)
-    model, rows = CASES[case]()
+    model, rows, *collator = CASES[case]()
     before = [p.detach().clone() for p in model.parameters()]
     args = TrainingArguments(
         str(tmp_path / f"{batch_size}x{accumulation_steps}"), per_device_train_batch_size=batch_size,
         gradient_accumulation_steps=accumulation_steps, max_steps=1, optim="sgd", learning_rate=1.0,
         lr_scheduler_type="constant", max_grad_norm=0.0, save_strategy="no", report_to="none", use_cpu=True,
     )
-    loss = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows)).train().training_loss
+    trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows), data_collator=next(iter(collator), None))
+    loss = trainer.train().training_loss
     update = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
     return loss, update
 
