@@ -1,27 +1,32 @@
-"""Small-scale reproduction of the paper's quality claims, sized for a 2-core CPU, with the project's scripts.
+"""Small-scale reproduction of the paper's quality claims, sized for a 2-core CPU, with the project's own scripts.
 
-    python benchmarks/quality.py                                  # all suites, 1 seed
-    python benchmarks/quality.py --suites mlm --seeds 0 1 2        # Table 4 claim, three seeds
-    python benchmarks/quality.py --suites sgu --max_steps 300      # Table 3 ordering
-    python benchmarks/quality.py --suites lr --models gmlp bert    # each model at 3e-4, 1e-3, 3e-3 (first seed)
-    python benchmarks/quality.py --suites finetune --tasks sst2 mnli squad
+gMLP, aMLP and BERT (`transformers`' BertForMaskedLM) at equal parameter count (2.3M), same tokenizer, data, steps and
+schedule, pretrained with masked language modelling by run_mlm.py, then fine-tuned by run_glue.py / run_squad.py:
 
-Data (../shared/data, never copied into the repo): MLM pretraining on WikiText-2's *test* split and validation
-perplexity on its *valid* split (the train split is not on this machine); fine-tuning on GLUE SST-2 (and MNLI
-matched/mismatched and SQuAD v1.1 when their files are present; otherwise that task is reported as skipped).
+    python benchmarks/quality.py                       # everything below, seeds 0 1 2 (about N hours, see README)
+    python benchmarks/quality.py --suites pretrain     # pretraining only: deterministic validation perplexity, curves
+    python benchmarks/quality.py --suites lr           # SST-2 fine-tuning at each --finetune_learning_rates (seed 0)
+    python benchmarks/quality.py --suites finetune     # SST-2, MNLI-m (dev split), SQuAD v1.1 (dev split), each
+                                                       #   model at its best SST-2 rate, every seed
+    python benchmarks/quality.py --suites recipe       # gMLP/aMLP fine-tuning probes (mean pooling, ...), seed 0
+    python benchmarks/quality.py --suites sgu          # the SGU variants of Table 3 at equal steps
+    python benchmarks/quality.py --seeds 0 --jobs 2    # one seed; two runs at a time (one thread each)
 
-- `mlm`: gMLP, aMLP and BERT at (nearly) equal parameter count and equal steps: validation perplexity side by side
-  (the paper's Table 4: gMLP trails the Transformer at 60M parameters and matches it from 100M up; Table 6: aMLP
-  below both).
-- `sgu`: the four SGU variants of Table 3 at equal steps (paper: split < multiplicative < additive < linear).
-- `finetune`: each `mlm` checkpoint fine-tuned with run_glue.py / run_squad.py (with its pretraining seed).
-- `lr`: the `mlm` models at each of --sweep_learning_rates, so that no model is judged at a learning rate that suits
-  only the others.
+Data (`../shared/data`, never copied into the repository):
+- pretraining on WikiText-2's *test* split, validation perplexity on 1,024 sequences of its *valid* split (the train
+  split is not on this machine), with one seeded evaluation mask (run_mlm.py `--eval_mask_seed 0`), so the same
+  weights always give the same perplexity;
+- SST-2: GLUE's train (67,349) and dev (872) sets;
+- "MNLI-m (dev split)": only MNLI's dev-matched set is here (9,815 pairs). Shuffled once with Python's
+  `random.Random(0)`: 7,815 pairs for fine-tuning, 2,000 held out for evaluation;
+- "SQuAD v1.1 (dev split)": only SQuAD v1.1's dev set is here (48 articles). Split by article (no context on both
+  sides), articles shuffled with `random.Random(0)`: 38 articles for fine-tuning, 10 held out; EM and F1 on the held-out
+  questions, from run_squad.py.
 
-Every run is a subprocess of run_mlm.py / run_glue.py / run_squad.py; results go to benchmarks/results/quality.json
-and .md, the perplexity curves to benchmarks/results/quality_curves.png (named after --output). A finished run is
-reused by any later invocation with the same settings (the work dir keeps them), so adding seeds or suites costs only
-the new runs.
+Every finished run writes a record to benchmarks/results/quality_runs/ (beside --output) (settings, metrics, curve) at once; a later
+invocation reuses the record of a run with the same settings, so a stopped session loses nothing and adding seeds or
+suites costs only the new runs (checkpoints live in --work_dir; a fine-tuning run whose pretrained checkpoint is gone
+pretrains it again). Tables go to benchmarks/results/quality.json and .md, curves to quality_curves.png.
 """
 
 import argparse
@@ -29,9 +34,12 @@ import hashlib
 import json
 import math
 import os
+import random
 import statistics
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from transformers import BertConfig, BertForMaskedLM
@@ -47,7 +55,13 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data"
 # gmlp-tiny: 8 blocks, d_model 128, d_ffn 768, n 128, an 8,192-token WordPiece vocabulary trained on the data.
 GMLP_TINY = dict(vocab_size=8192, hidden_size=128, intermediate_size=768, num_hidden_layers=8, max_position_embeddings=128)
 SGU_VARIANTS = ("multiplicative_split", "multiplicative", "additive", "linear")
-GLUE_TASK_DIRS = {"sst2": "SST-2", "mnli": "MNLI"}
+MODELS = ("bert", "gmlp", "amlp")  # slowest first: its runs take the first free slot
+TASKS = ("sst2", "mnli", "squad")
+TASK_NAMES = {"sst2": "SST-2 (dev)", "mnli": "MNLI-m (dev split)", "squad": "SQuAD v1.1 (dev split)"}
+MNLI_HELD_OUT = 2000
+SQUAD_HELD_OUT_ARTICLES = 10
+# gMLP/aMLP fine-tuning probes of the recipe suite: name -> run_glue.py --config_overrides.
+RECIPE_PROBES = {"mean pooling": "classifier_pooling=mean", "no dropout": "hidden_dropout_prob=0.0"}
 
 
 def parameters(model) -> int:
@@ -72,146 +86,296 @@ def model_configs() -> dict:
     return {"gmlp": gmlp, "amlp": amlp, "bert": bert(round(128 + (target - low) * 128 / (high - low)))}
 
 
-def run(command: list[str], log: Path) -> None:
-    """Run one training script, its output to `log`; raise with the log's tail if it fails."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    print("  $ " + " ".join(command), file=sys.stderr, flush=True)
-    with log.open("w") as handle:
-        result = subprocess.run(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, env=env)
-    if result.returncode:
-        raise RuntimeError(f"{command[1]} failed; see {log}:\n" + log.read_text()[-3000:])
+class Runner:
+    """Runs the scripts as subprocesses, at most `jobs` at a time, each with cpu_count / jobs threads."""
+
+    def __init__(self, work_dir: Path, jobs: int):
+        self.work_dir = work_dir
+        self.slots = threading.Semaphore(jobs)
+        self.threads = str(max(1, (os.cpu_count() or 1) // jobs))
+
+    def __call__(self, command: list[str], name: str) -> None:
+        log = self.work_dir / "logs" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT),
+               "OMP_NUM_THREADS": self.threads, "TOKENIZERS_PARALLELISM": "false"}
+        with self.slots:
+            print(f"  start {name}", file=sys.stderr, flush=True)
+            with log.open("w") as handle:
+                result = subprocess.run(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, env=env)
+        if result.returncode:
+            raise RuntimeError(f"{name} failed; see {log}:\n" + log.read_text()[-3000:])
+        print(f"  done  {name}", file=sys.stderr, flush=True)
 
 
-def train_tokenizer(args) -> Path:
-    output = args.work_dir / "tokenizer"
-    if not (output / "tokenizer_config.json").exists():
-        run([sys.executable, "-m", "gmlp.tokenization_gmlp", "--train_files", str(args.data / "wikitext-2" / "test.txt"),
-             "--output_dir", str(output), "--vocab_size", str(GMLP_TINY["vocab_size"]), "--model_max_length", "128"],
-            args.work_dir / "logs" / "tokenizer.log")
-    return output
+def settings_key(settings) -> str:
+    """A short hash of the settings that decide a run's result: part of its record's name, so that a record is reused
+    only by a run with the same settings."""
+    return hashlib.sha1(json.dumps(settings, default=str, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def settings_key(settings: list) -> str:
-    """A short hash of the settings that decide a run's result, part of its folder name, so that a finished run is
-    reused by a later invocation (more seeds, another suite) and never mistaken for a run with other settings."""
-    return hashlib.sha1(json.dumps(settings, default=str).encode()).hexdigest()[:10]
+def read_record(runs_dir: Path, name: str) -> dict | None:
+    path = runs_dir / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
-def run_key(config, args, learning_rate: float) -> str:
-    """The settings key of a pretraining run, but for the seed (which its folder name carries)."""
-    return settings_key([config.to_json_string(use_diff=False), args.max_steps, args.batch_size, learning_rate,
-                         args.max_eval_samples])
+def write_record(runs_dir: Path, name: str, record: dict) -> dict:
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    (runs_dir / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    return record
 
 
-def pretrain(args, name: str, config, seed: int, tokenizer: Path, learning_rate: float | None = None) -> dict:
-    """MLM pretraining with run_mlm.py (or the finished run with the same settings in the work dir): returns the
-    final validation perplexity and the perplexity curve. The learning rate is --learning_rate unless given."""
-    learning_rate = args.learning_rate if learning_rate is None else learning_rate
-    key = run_key(config, args, learning_rate)
-    for finished in args.work_dir.glob(f"mlm-*-{key}-seed{seed}/eval_results.json"):
-        print(f"  reusing {finished.parent}", file=sys.stderr)
-        return read_pretraining(finished.parent)
-    output = args.work_dir / f"mlm-{name}-{key}-seed{seed}"
-    config_dir = args.work_dir / "configs" / name
-    config.save_pretrained(config_dir)
-    data = args.data / "wikitext-2"
-    run([
-        sys.executable, "run_mlm.py", "--config_name", str(config_dir), "--tokenizer_name", str(tokenizer),
-        "--train_file", str(data / "test.txt"), "--validation_file", str(data / "valid.txt"),
-        "--max_seq_length", "128", "--do_train", "--do_eval", "--output_dir", str(output),
-        "--max_steps", str(args.max_steps), "--per_device_train_batch_size", str(args.batch_size),
-        "--per_device_eval_batch_size", "64", "--learning_rate", str(learning_rate),
-        "--warmup_steps", str(max(1, args.max_steps // 10)), "--weight_decay", "0.01",
-        "--eval_strategy", "steps", "--eval_steps", str(max(1, args.max_steps // 5)),
-        "--max_eval_samples", str(args.max_eval_samples), "--logging_steps", str(max(1, args.max_steps // 20)),
-        "--save_strategy", "no", "--report_to", "none", "--seed", str(seed), "--data_seed", "0",
-    ], args.work_dir / "logs" / f"{output.name}.log")
-    return read_pretraining(output)
+class Quality:
+    """The runs of the benchmark, each reused from its record when one exists."""
+
+    def __init__(self, args):
+        self.args = args
+        self.run = Runner(args.work_dir, args.jobs)
+        self.configs = model_configs()
+        self.data = args.work_dir / "data"
+        self.runs_dir = args.output.parent / f"{args.output.stem}_runs"
+        self.lock = threading.Lock()
+        self.pretraining = {}  # (name, seed) -> the lock that serialises pretraining one checkpoint
+
+    # ---- data -------------------------------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        """The tokenizer and the documented splits of MNLI-m dev and SQuAD v1.1 dev, made once in the work dir."""
+        shared = self.args.data
+        tokenizer = self.data / "tokenizer"
+        if not (tokenizer / "tokenizer_config.json").exists():
+            self.run([sys.executable, "-m", "gmlp.tokenization_gmlp", "--train_files", str(shared / "wikitext-2" / "test.txt"),
+                      "--output_dir", str(tokenizer), "--vocab_size", str(GMLP_TINY["vocab_size"]),
+                      "--model_max_length", "128"], "tokenizer")
+        mnli = self.data / "mnli"
+        if not (mnli / "validation.jsonl").exists():
+            pairs = (shared / "glue" / "MNLI" / "dev_matched.jsonl").read_text().splitlines()
+            random.Random(0).shuffle(pairs)
+            mnli.mkdir(parents=True, exist_ok=True)
+            (mnli / "train.jsonl").write_text("\n".join(pairs[MNLI_HELD_OUT:]) + "\n")
+            (mnli / "validation.jsonl").write_text("\n".join(pairs[:MNLI_HELD_OUT]) + "\n")
+        squad = self.data / "squad"
+        if not (squad / "validation.json").exists():
+            dev = json.loads((shared / "squad" / "dev-v1.1.json").read_text())
+            articles = list(dev["data"])
+            random.Random(0).shuffle(articles)
+            squad.mkdir(parents=True, exist_ok=True)
+            for split, part in (("train", articles[SQUAD_HELD_OUT_ARTICLES:]), ("validation", articles[:SQUAD_HELD_OUT_ARTICLES])):
+                (squad / f"{split}.json").write_text(json.dumps({"data": part, "version": dev["version"]}))
+
+    # ---- pretraining ------------------------------------------------------------------------------------------
+    def pretrain_settings(self, name: str, config) -> dict:
+        args = self.args
+        return {"config": config.to_dict(), "max_steps": args.max_steps, "batch_size": args.batch_size,
+                "learning_rate": args.learning_rate, "warmup_steps": args.max_steps // 10,
+                "max_eval_samples": args.max_eval_samples, "eval_mask_seed": 0}
+
+    def pretrain(self, name: str, seed: int, config=None, need_checkpoint: bool = False) -> dict:
+        """MLM pretraining with run_mlm.py: the record with the validation perplexity, accuracy and the curve."""
+        config = self.configs[name] if config is None else config
+        settings = self.pretrain_settings(name, config)
+        run_name = f"pretrain-{name}-{settings_key(settings)}-seed{seed}"
+        output = self.args.work_dir / run_name
+        with self.lock:
+            lock = self.pretraining.setdefault(run_name, threading.Lock())
+        with lock:
+            record = read_record(self.runs_dir, run_name)
+            if record and (not need_checkpoint or (output / "model.safetensors").exists()):
+                return record
+            config_dir = self.args.work_dir / "configs" / run_name
+            config.save_pretrained(config_dir)
+            wikitext = self.args.data / "wikitext-2"
+            steps = self.args.max_steps
+            self.run([
+                sys.executable, "run_mlm.py", "--config_name", str(config_dir), "--tokenizer_name", str(self.data / "tokenizer"),
+                "--train_file", str(wikitext / "test.txt"), "--validation_file", str(wikitext / "valid.txt"),
+                "--max_seq_length", "128", "--do_train", "--do_eval", "--output_dir", str(output),
+                "--max_steps", str(steps), "--per_device_train_batch_size", str(self.args.batch_size),
+                "--per_device_eval_batch_size", "64", "--learning_rate", str(self.args.learning_rate),
+                "--warmup_steps", str(steps // 10), "--weight_decay", "0.01",
+                "--eval_strategy", "steps", "--eval_steps", str(max(1, steps // 10)),
+                "--max_eval_samples", str(self.args.max_eval_samples), "--eval_mask_seed", "0",
+                "--logging_steps", str(max(1, steps // 40)), "--save_strategy", "no", "--report_to", "none",
+                "--seed", str(seed), "--data_seed", "0",
+            ], run_name)
+            metrics = json.loads((output / "eval_results.json").read_text())
+            history = json.loads((output / "trainer_state.json").read_text())["log_history"]
+            return write_record(self.runs_dir, run_name, {
+                "kind": "pretrain", "model": name, "seed": seed, "settings": settings, "checkpoint": str(output),
+                "perplexity": metrics["perplexity"], "accuracy": metrics["eval_accuracy"],
+                "curve": [(e["step"], math.exp(e["eval_loss"])) for e in history if "eval_loss" in e],
+                "train_loss_curve": [(e["step"], e["loss"]) for e in history if "loss" in e],
+            })
+
+    # ---- fine-tuning ------------------------------------------------------------------------------------------
+    def finetune(self, task: str, name: str, seed: int, learning_rate: float, overrides: str | None = None) -> dict:
+        """Fine-tune the model's pretrained checkpoint of `seed` on `task` with the same seed: the record with its
+        held-out metrics (the spread over seeds covers both stages)."""
+        args = self.args
+        pretrained = self.pretrain(name, seed)
+        settings = {"pretrained": Path(pretrained["checkpoint"]).name, "task": task, "steps": args.finetune_steps,
+                    "learning_rate": learning_rate, "warmup_ratio": 0.1, "batch_size": 32, "overrides": overrides}
+        run_name = f"finetune-{task}-{name}-{settings_key(settings)}-seed{seed}"
+        record = read_record(self.runs_dir, run_name)
+        if record:
+            return record
+        checkpoint = self.pretrain(name, seed, need_checkpoint=True)["checkpoint"]
+        output = args.work_dir / run_name
+        common = [
+            "--model_name_or_path", checkpoint, "--do_train", "--do_eval", "--output_dir", str(output),
+            "--max_steps", str(args.finetune_steps), "--per_device_train_batch_size", "32",
+            "--per_device_eval_batch_size", "64", "--learning_rate", str(learning_rate),
+            "--warmup_steps", str(args.finetune_steps // 10), "--max_seq_length", "128",
+            "--save_strategy", "no", "--report_to", "none", "--seed", str(seed), "--logging_steps", "50",
+        ]
+        if overrides:
+            common += ["--config_overrides", overrides]
+        if task == "sst2":
+            command = ["run_glue.py", "--task_name", "sst2", "--glue_dir", str(args.data / "glue")]
+        elif task == "mnli":
+            command = ["run_glue.py", "--task_name", "mnli", "--train_file", str(self.data / "mnli" / "train.jsonl"),
+                       "--validation_file", str(self.data / "mnli" / "validation.jsonl")]
+        elif task == "squad":
+            command = ["run_squad.py", "--train_file", str(self.data / "squad" / "train.json"),
+                       "--validation_file", str(self.data / "squad" / "validation.json"), "--doc_stride", "32"]
+        else:
+            raise ValueError(f"Unknown task {task!r}; choose one of {', '.join(TASKS)}.")
+        self.run([sys.executable, *command, *common], run_name)
+        metrics = json.loads((output / "eval_results.json").read_text())
+        history = json.loads((output / "trainer_state.json").read_text())["log_history"]
+        losses = [e["loss"] for e in history if "loss" in e]
+        return write_record(self.runs_dir, run_name, {
+            "kind": "finetune", "model": name, "seed": seed, "task": task, "settings": settings,
+            "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
+            "final_train_loss": losses[-1] if losses else None,
+        })
+
+    def best_rate(self, name: str) -> float:
+        """The model's fine-tuning learning rate: the best SST-2 dev accuracy of the lr suite (first seed)."""
+        seed = self.args.seeds[0]
+        by_rate = {rate: self.finetune("sst2", name, seed, rate)["metrics"]["eval_accuracy"]
+                   for rate in self.args.finetune_learning_rates}
+        return max(by_rate, key=by_rate.get)
 
 
-def read_pretraining(output: Path) -> dict:
-    metrics = json.loads((output / "eval_results.json").read_text())
-    history = json.loads((output / "trainer_state.json").read_text())["log_history"]
-    curve = [(entry["step"], math.exp(entry["eval_loss"])) for entry in history if "eval_loss" in entry]
-    return {"checkpoint": str(output), "perplexity": metrics["perplexity"], "curve": curve}
-
-
-def finetune(args, task: str, checkpoint: str, tag: str, seed: int) -> dict | None:
-    """Fine-tune one checkpoint on a task (or reuse the finished run with the same settings); None if the task's data
-    is not on this machine."""
-    key = settings_key([checkpoint, args.finetune_steps, args.finetune_learning_rate, seed])
-    output = args.work_dir / f"ft-{task}-{tag}-{key}"
-    common = [
-        "--model_name_or_path", checkpoint, "--do_train", "--do_eval", "--output_dir", str(output),
-        "--max_steps", str(args.finetune_steps), "--per_device_train_batch_size", "32",
-        "--learning_rate", str(args.finetune_learning_rate), "--warmup_steps", str(max(1, args.finetune_steps // 10)),
-        "--max_seq_length", "128", "--save_strategy", "no", "--report_to", "none", "--seed", str(seed),
-    ]
-    if task in GLUE_TASK_DIRS:
-        task_dir = args.data / "glue" / GLUE_TASK_DIRS[task]
-        if not any((task_dir / f"train.{extension}").exists() for extension in ("tsv", "jsonl")):
-            return None
-        command = [sys.executable, "run_glue.py", "--task_name", task, "--glue_dir", str(args.data / "glue"), *common]
-    elif task == "squad":
-        squad = args.data / "squad"
-        if not (squad / "train-v1.1.json").exists():
-            return None
-        command = [sys.executable, "run_squad.py", "--train_file", str(squad / "train-v1.1.json"),
-                   "--validation_file", str(squad / "dev-v1.1.json"), *common]
-    else:
-        raise ValueError(f"Unknown fine-tuning task {task!r}; choose sst2, mnli or squad.")
-    if (output / "eval_results.json").exists():
-        print(f"  reusing {output}", file=sys.stderr)
-    else:
-        run(command, args.work_dir / "logs" / f"{output.name}.log")
-    return json.loads((output / "eval_results.json").read_text())
-
-
-def summary(values: list[float], digits: int = 2) -> str:
+def mean_std(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
+    values = [v * scale for v in values]
     if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
+        return f"{values[0]:.{digits}f} (n=1)"
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f} (n={len(values)})"
 
 
+TASK_METRICS = {"sst2": [("accuracy", "eval_accuracy")], "mnli": [("accuracy", "eval_accuracy")],
+                "squad": [("EM", "eval_exact_match"), ("F1", "eval_f1")]}
+
+
+def collect(quality: Quality) -> dict:
+    """Run (or reuse) every run the chosen suites need, models in parallel threads; the results, by suite."""
+    args = quality.args
+    quality.prepare_data()
+    results = {"settings": {"pretraining_steps": args.max_steps, "batch_size": args.batch_size,
+                            "learning_rate": args.learning_rate, "finetune_steps": args.finetune_steps,
+                            "seeds": args.seeds}}
+    models = [m for m in MODELS if m in args.models]
+
+    def model_chain(name):
+        """One model's runs, first seed first: pretraining, the lr sweep, the tasks, the recipe probes."""
+        out = {"pretrain": [], "lr": {}, "finetune": {t: [] for t in args.tasks}, "recipe": {}}
+        for seed in args.seeds:
+            out["pretrain"].append(quality.pretrain(name, seed))
+            if seed != args.seeds[0] and "finetune" not in args.suites:
+                continue
+            if seed == args.seeds[0] and ({"lr", "finetune", "recipe"} & set(args.suites)):
+                out["lr"] = {str(rate): quality.finetune("sst2", name, seed, rate)["metrics"]["eval_accuracy"]
+                             for rate in args.finetune_learning_rates}
+            if "finetune" in args.suites:
+                rate = quality.best_rate(name)
+                for task in args.tasks:
+                    out["finetune"][task].append(quality.finetune(task, name, seed, rate))
+            if seed == args.seeds[0] and "recipe" in args.suites and name != "bert":
+                rate = quality.best_rate(name)
+                for probe, overrides in RECIPE_PROBES.items():
+                    out["recipe"][probe] = {
+                        task: quality.finetune(task, name, seed, rate, overrides)["metrics"]["eval_accuracy"]
+                        for task in ("sst2", "mnli")}
+        return out
+
+    with ThreadPoolExecutor(len(models)) as pool:
+        chains = dict(zip(models, pool.map(model_chain, models)))
+    results["pretrain"] = {
+        name: {"parameters": parameters(BertForMaskedLM(quality.configs[name]) if name == "bert"
+                                        else GMLPForMaskedLM(quality.configs[name])),
+               "perplexities": [r["perplexity"] for r in chain["pretrain"]],
+               "accuracies": [r["accuracy"] for r in chain["pretrain"]],
+               "curves": [r["curve"] for r in chain["pretrain"]],
+               "train_loss_curves": [r["train_loss_curve"] for r in chain["pretrain"]]}
+        for name, chain in chains.items()
+    }
+    if any(chain["lr"] for chain in chains.values()):
+        results["lr"] = {name: chain["lr"] for name, chain in chains.items()}
+    if "finetune" in args.suites:
+        results["finetune"] = {
+            task: {name: {"learning_rate": chain["finetune"][task][0]["settings"]["learning_rate"],
+                          **{label: [r["metrics"][key] for r in chain["finetune"][task]]
+                             for label, key in TASK_METRICS[task]},
+                          "final_train_loss": [r["final_train_loss"] for r in chain["finetune"][task]]}
+                   for name, chain in chains.items()}
+            for task in args.tasks
+        }
+    if "recipe" in args.suites:
+        results["recipe"] = {name: chain["recipe"] for name, chain in chains.items() if chain["recipe"]}
+    if "sgu" in args.suites:
+        results["sgu"] = {}
+        for variant in SGU_VARIANTS:
+            config = GMLPConfig(**GMLP_TINY, sgu_variant=variant)
+            runs = [quality.pretrain(f"sgu-{variant}", seed, config) for seed in args.seeds]
+            results["sgu"][variant] = {"parameters": parameters(GMLPForMaskedLM(config)),
+                                       "perplexities": [r["perplexity"] for r in runs],
+                                       "curves": [r["curve"] for r in runs]}
+    return results
+
+
 def markdown(results: dict) -> str:
-    lines = [f"Steps: {results['max_steps']} x batch {results['batch_size']} x 128 tokens; seeds {results['seeds']}.", ""]
-    if "mlm" in results:
-        lines += ["### MLM pretraining, WikiText-2 (train: test split; validation perplexity: valid split)", "",
-                  "| model | parameters | validation perplexity | paper: Table 4 smallest / Table 6 base |", "|---|---|---|---|"]
-        paper = {"bert": "4.91 (67M) / 4.17 (110M)", "gmlp": "5.25 (59M) / 4.28 (130M)", "amlp": "- / 3.95 (109M)"}
-        for name, row in results["mlm"].items():
-            lines.append(f"| {name} | {row['parameters'] / 1e6:.2f}M | {summary(row['perplexities'])} | {paper[name]} |")
+    s = results["settings"]
+    lines = [f"Pretraining: {s['pretraining_steps']} steps x batch {s['batch_size']} x 128 tokens, lr {s['learning_rate']}; "
+             f"fine-tuning: {s['finetune_steps']} steps x batch 32; seeds {s['seeds']}; mean ± standard deviation.", ""]
+    lines += ["### MLM pretraining, WikiText-2 (train: test split; validation: 1,024 sequences of valid, fixed mask)", "",
+              "| model | parameters | validation perplexity | masked-token accuracy (%) |", "|---|---|---|---|"]
+    for name, row in results["pretrain"].items():
+        lines.append(f"| {name} | {row['parameters'] / 1e6:.2f}M | {mean_std(row['perplexities'])} | "
+                     f"{mean_std(row['accuracies'], 100)} |")
+    lines.append("")
+    if "lr" in results:
+        rates = sorted({float(rate) for row in results["lr"].values() for rate in row})
+        lines += [f"### Fine-tuning learning rate: SST-2 dev accuracy (%), seed {s['seeds'][0]}, best in bold", "",
+                  "| model | " + " | ".join(f"lr {rate:g}" for rate in rates) + " |", "|---|" + "---|" * len(rates)]
+        for name, by_rate in results["lr"].items():
+            best = max(by_rate.values())
+            cells = [f"**{100 * by_rate[str(r)]:.1f}**" if by_rate[str(r)] == best else f"{100 * by_rate[str(r)]:.1f}"
+                     for r in rates if str(r) in by_rate]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if "finetune" in results:
+        lines += ["### Fine-tuning (each model at its best SST-2 learning rate; each seed's checkpoint with that seed)", "",
+                  "| task | model | lr | held-out metrics (%) |", "|---|---|---|---|"]
+        for task, rows in results["finetune"].items():
+            for name, row in rows.items():
+                shown = ", ".join(f"{label} {mean_std(row[label], 100 if task != 'squad' else 1)}"
+                                  for label, _ in TASK_METRICS[task])
+                lines.append(f"| {TASK_NAMES[task]} | {name} | {row['learning_rate']:g} | {shown} |")
+        lines.append("")
+    if "recipe" in results:
+        lines += [f"### Recipe probes (seed {s['seeds'][0]}, best rate): accuracy (%)", "",
+                  "| model | probe | SST-2 | MNLI-m (dev split) |", "|---|---|---|---|"]
+        for name, probes in results["recipe"].items():
+            for probe, by_task in probes.items():
+                lines.append(f"| {name} | {probe} | {100 * by_task['sst2']:.1f} | {100 * by_task['mnli']:.1f} |")
         lines.append("")
     if "sgu" in results:
         lines += ["### SGU variants (Table 3), equal steps", "",
                   "| variant | parameters | validation perplexity | paper (Table 3) |", "|---|---|---|---|"]
         paper = {"linear": "5.14", "additive": "4.97", "multiplicative": "4.53", "multiplicative_split": "4.35"}
         for name, row in results["sgu"].items():
-            lines.append(f"| {name} | {row['parameters'] / 1e6:.2f}M | {summary(row['perplexities'])} | {paper[name]} |")
-        lines.append("")
-    if "lr" in results:
-        rates = [float(rate) for rate in next(iter(results["lr"].values()))]
-        lines += [f"### Learning rate (seed {results['seeds'][0]}): validation perplexity, best in bold", "",
-                  "| model | " + " | ".join(f"lr {rate:g}" for rate in rates) + " |", "|---|" + "---|" * len(rates)]
-        for name, by_rate in results["lr"].items():
-            best = min(by_rate.values())
-            cells = [f"**{value:.2f}**" if value == best else f"{value:.2f}" for value in by_rate.values()]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        lines.append("")
-    if "finetune" in results:
-        lines += ["### Fine-tuning the `mlm` checkpoints (each seed's checkpoint with that seed)", "",
-                  "| task | model | metrics |", "|---|---|---|"]
-        for task, rows in results["finetune"].items():
-            for name, runs in rows.items():
-                if None in runs:
-                    shown = "skipped: data not in ../shared/data"
-                else:
-                    names = [k for k, v in runs[0].items() if k.startswith("eval_") and isinstance(v, float)
-                             and not k.endswith(("runtime", "per_second", "samples", "loss"))]
-                    shown = ", ".join(f"{k.removeprefix('eval_')} {summary([run[k] for run in runs], digits=4)}"
-                                      for k in names)
-                lines.append(f"| {task} | {name} | {shown} |")
+            lines.append(f"| {name} | {row['parameters'] / 1e6:.2f}M | {mean_std(row['perplexities'])} | {paper[name]} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -222,82 +386,53 @@ def plot_curves(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    suites = [suite for suite in ("mlm", "sgu") if suite in results]
-    figure, axes = plt.subplots(1, len(suites), figsize=(5.5 * len(suites), 4), squeeze=False)
-    for axis, suite in zip(axes[0], suites):
-        for name, row in results[suite].items():
-            for seed, curve in enumerate(row["curves"]):
+    panels = [("pretrain", "curves", "validation perplexity (fixed mask)"),
+              ("pretrain", "train_loss_curves", "training loss")]
+    if "sgu" in results:
+        panels.append(("sgu", "curves", "validation perplexity, SGU variants"))
+    figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for axis, (suite, key, title) in zip(axes[0], panels):
+        for index, (name, row) in enumerate(results[suite].items()):
+            for seed, curve in enumerate(row[key]):
                 steps, values = zip(*curve)
-                axis.plot(steps, values, "o-", color=f"C{list(results[suite]).index(name)}", alpha=0.8,
+                axis.plot(steps, values, "-" if "loss" in key else "o-", color=f"C{index}", alpha=0.7,
                           label=name if seed == 0 else None)
-        axis.set(yscale="log", xlabel="step", ylabel="validation perplexity", title=f"WikiText-2 MLM ({suite})")
+        axis.set(yscale="log" if "perplexity" in title else "linear", xlabel="step", title=title)
         axis.legend()
         axis.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=110)
 
 
-def parse_args():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suites", nargs="+", default=["mlm", "sgu", "finetune"],
-                        choices=["mlm", "sgu", "finetune", "lr"])
-    parser.add_argument("--models", nargs="+", default=["gmlp", "amlp", "bert"], choices=["gmlp", "amlp", "bert"],
-                        help="the models of the mlm suite (and so of finetune)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--max_steps", type=int, default=400, help="MLM pretraining steps per run")
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--learning_rate", type=float, default=1e-3)
-    parser.add_argument("--sweep_learning_rates", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3],
-                        help="the learning rates of the lr suite")
-    parser.add_argument("--max_eval_samples", type=int, default=256, help="validation sequences of 128 tokens")
-    parser.add_argument("--tasks", nargs="+", default=["sst2", "mnli", "squad"], help="fine-tuning tasks")
-    parser.add_argument("--finetune_steps", type=int, default=300)
-    parser.add_argument("--finetune_learning_rate", type=float, default=5e-4)
+    parser.add_argument("--suites", nargs="+", default=["pretrain", "lr", "finetune", "recipe"],
+                        choices=["pretrain", "lr", "finetune", "recipe", "sgu"])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="fine-tuning tasks")
+    parser.add_argument("--max_steps", type=int, default=1600, help="MLM pretraining steps per run")
+    parser.add_argument("--batch_size", type=int, default=32, help="MLM pretraining batch (sequences of 128 tokens)")
+    parser.add_argument("--learning_rate", type=float, default=1e-3, help="MLM pretraining peak learning rate")
+    parser.add_argument("--max_eval_samples", type=int, default=1024, help="validation sequences of 128 tokens")
+    parser.add_argument("--finetune_steps", type=int, default=1000)
+    parser.add_argument("--finetune_learning_rates", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3],
+                        help="the rates of the lr suite; each model fine-tunes every task at its best one")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (threads per run: cores / jobs)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the shared data folder")
-    parser.add_argument("--work_dir", type=Path, default=Path("/tmp/gmlp-quality"), help="checkpoints and logs")
+    parser.add_argument("--work_dir", type=Path, default=ROOT.parent / "quality-work", help="checkpoints, logs, splits")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "quality.json")
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
-def main():
-    args = parse_args()
+def main(argv=None):
+    args = parse_args(argv)
     if not (args.data / "wikitext-2" / "test.txt").exists():
         raise SystemExit(f"WikiText-2 not found under {args.data}; pass --data pointing at the shared data folder.")
-    tokenizer = train_tokenizer(args)
-    results = {"max_steps": args.max_steps, "batch_size": args.batch_size, "seeds": args.seeds}
-    suites = {"mlm": {name: config for name, config in model_configs().items() if name in args.models}}
-    if "sgu" in args.suites:
-        suites["sgu"] = {variant: GMLPConfig(**GMLP_TINY, sgu_variant=variant) for variant in SGU_VARIANTS}
-    for suite in [s for s in ("mlm", "sgu") if s in args.suites or (s == "mlm" and "finetune" in args.suites)]:
-        results[suite] = {}
-        for name, config in suites[suite].items():
-            model = BertForMaskedLM(config) if isinstance(config, BertConfig) else GMLPForMaskedLM(config)
-            runs = [pretrain(args, name if suite == "mlm" else f"sgu-{name}", config, seed, tokenizer) for seed in args.seeds]
-            results[suite][name] = {
-                "parameters": parameters(model),
-                "perplexities": [r["perplexity"] for r in runs],
-                "curves": [r["curve"] for r in runs],
-                "checkpoints": [r["checkpoint"] for r in runs],
-            }
-            print(f"{suite} {name}: perplexity {summary(results[suite][name]['perplexities'])}", file=sys.stderr)
-    if "lr" in args.suites:
-        results["lr"] = {
-            name: {str(rate): pretrain(args, name, config, args.seeds[0], tokenizer, rate)["perplexity"]
-                   for rate in args.sweep_learning_rates}
-            for name, config in suites["mlm"].items()
-        }
-    if "finetune" in args.suites:
-        # Each seed's pretrained checkpoint is fine-tuned with the same seed: the spread covers both stages.
-        results["finetune"] = {
-            task: {name: [finetune(args, task, checkpoint, f"{name}-seed{seed}", seed)
-                          for seed, checkpoint in zip(args.seeds, row["checkpoints"])]
-                   for name, row in results["mlm"].items()}
-            for task in args.tasks
-        }
+    results = collect(Quality(args))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=1))
-    if "mlm" in results or "sgu" in results:
-        plot_curves(results, args.output.with_name(f"{args.output.stem}_curves.png"))
+    plot_curves(results, args.output.with_name(f"{args.output.stem}_curves.png"))
     report = markdown(results)
     args.output.with_suffix(".md").write_text(report)
     print(report)
