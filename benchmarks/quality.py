@@ -86,15 +86,23 @@ def model_configs() -> dict:
     return {"gmlp": gmlp, "amlp": amlp, "bert": bert(round(128 + (target - low) * 128 / (high - low)))}
 
 
-class Runner:
-    """Runs the scripts as subprocesses, at most `jobs` at a time, each with cpu_count / jobs threads."""
+class MissingRun(Exception):
+    """A run that --report_only may not start."""
 
-    def __init__(self, work_dir: Path, jobs: int):
+
+class Runner:
+    """Runs the scripts as subprocesses, at most `jobs` at a time, each with cpu_count / jobs threads (or, with
+    `report_only`, refuses to)."""
+
+    def __init__(self, work_dir: Path, jobs: int, report_only: bool = False):
         self.work_dir = work_dir
+        self.report_only = report_only
         self.slots = threading.Semaphore(jobs)
         self.threads = str(max(1, (os.cpu_count() or 1) // jobs))
 
     def __call__(self, command: list[str], name: str) -> None:
+        if self.report_only:
+            raise MissingRun(name)
         log = self.work_dir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT),
@@ -130,7 +138,7 @@ class Quality:
 
     def __init__(self, args):
         self.args = args
-        self.run = Runner(args.work_dir, args.jobs)
+        self.run = Runner(args.work_dir, args.jobs, args.report_only)
         self.configs = model_configs()
         self.data = args.work_dir / "data"
         self.runs_dir = args.output.parent / f"{args.output.stem}_runs"
@@ -271,7 +279,8 @@ TASK_METRICS = {"sst2": [("accuracy", "eval_accuracy")], "mnli": [("accuracy", "
 def collect(quality: Quality) -> dict:
     """Run (or reuse) every run the chosen suites need, models in parallel threads; the results, by suite."""
     args = quality.args
-    quality.prepare_data()
+    if not args.report_only:
+        quality.prepare_data()
     results = {"settings": {"pretraining_steps": args.max_steps, "batch_size": args.batch_size,
                             "learning_rate": args.learning_rate, "finetune_steps": args.finetune_steps,
                             "seeds": args.seeds}}
@@ -280,23 +289,27 @@ def collect(quality: Quality) -> dict:
     def model_chain(name):
         """One model's runs, first seed first: pretraining, the lr sweep, the tasks, the recipe probes."""
         out = {"pretrain": [], "lr": {}, "finetune": {t: [] for t in args.tasks}, "recipe": {}}
-        for seed in args.seeds:
-            out["pretrain"].append(quality.pretrain(name, seed))
-            if seed != args.seeds[0] and "finetune" not in args.suites:
-                continue
-            if seed == args.seeds[0] and ({"lr", "finetune", "recipe"} & set(args.suites)):
-                out["lr"] = {str(rate): quality.finetune("sst2", name, seed, rate)["metrics"]["eval_accuracy"]
-                             for rate in args.finetune_learning_rates}
-            if "finetune" in args.suites:
-                rate = quality.best_rate(name)
-                for task in args.tasks:
-                    out["finetune"][task].append(quality.finetune(task, name, seed, rate))
-            if seed == args.seeds[0] and "recipe" in args.suites and name != "bert":
-                rate = quality.best_rate(name)
-                for probe, overrides in RECIPE_PROBES.items():
-                    out["recipe"][probe] = {
-                        task: quality.finetune(task, name, seed, rate, overrides)["metrics"]["eval_accuracy"]
-                        for task in ("sst2", "mnli")}
+        try:
+            for seed in args.seeds:
+                out["pretrain"].append(quality.pretrain(name, seed))
+                if seed != args.seeds[0] and "finetune" not in args.suites:
+                    continue
+                if seed == args.seeds[0] and ({"lr", "finetune", "recipe"} & set(args.suites)):
+                    for rate in args.finetune_learning_rates:
+                        out["lr"][str(rate)] = quality.finetune("sst2", name, seed, rate)["metrics"]["eval_accuracy"]
+                if "finetune" in args.suites:
+                    rate = quality.best_rate(name)
+                    for task in args.tasks:
+                        out["finetune"][task].append(quality.finetune(task, name, seed, rate))
+                if seed == args.seeds[0] and "recipe" in args.suites and name != "bert":
+                    rate = quality.best_rate(name)
+                    for probe, overrides in RECIPE_PROBES.items():
+                        out["recipe"][probe] = {}
+                        for task in ("sst2", "mnli"):
+                            record = quality.finetune(task, name, seed, rate, overrides)
+                            out["recipe"][probe][task] = record["metrics"]["eval_accuracy"]
+        except MissingRun as missing:
+            print(f"  {name}: report stops before {missing} (--report_only)", file=sys.stderr)
         return out
 
     with ThreadPoolExecutor(len(models)) as pool:
@@ -308,17 +321,17 @@ def collect(quality: Quality) -> dict:
                "accuracies": [r["accuracy"] for r in chain["pretrain"]],
                "curves": [r["curve"] for r in chain["pretrain"]],
                "train_loss_curves": [r["train_loss_curve"] for r in chain["pretrain"]]}
-        for name, chain in chains.items()
+        for name, chain in chains.items() if chain["pretrain"]
     }
     if any(chain["lr"] for chain in chains.values()):
-        results["lr"] = {name: chain["lr"] for name, chain in chains.items()}
+        results["lr"] = {name: chain["lr"] for name, chain in chains.items() if chain["lr"]}
     if "finetune" in args.suites:
         results["finetune"] = {
             task: {name: {"learning_rate": chain["finetune"][task][0]["settings"]["learning_rate"],
                           **{label: [r["metrics"][key] for r in chain["finetune"][task]]
                              for label, key in TASK_METRICS[task]},
                           "final_train_loss": [r["final_train_loss"] for r in chain["finetune"][task]]}
-                   for name, chain in chains.items()}
+                   for name, chain in chains.items() if chain["finetune"][task]}
             for task in args.tasks
         }
     if "recipe" in args.suites:
@@ -368,7 +381,8 @@ def markdown(results: dict) -> str:
                   "| model | probe | SST-2 | MNLI-m (dev split) |", "|---|---|---|---|"]
         for name, probes in results["recipe"].items():
             for probe, by_task in probes.items():
-                lines.append(f"| {name} | {probe} | {100 * by_task['sst2']:.1f} | {100 * by_task['mnli']:.1f} |")
+                cells = [f"{100 * by_task[task]:.1f}" if task in by_task else "–" for task in ("sst2", "mnli")]
+                lines.append(f"| {name} | {probe} | " + " | ".join(cells) + " |")
         lines.append("")
     if "sgu" in results:
         lines += ["### SGU variants (Table 3), equal steps", "",
@@ -422,6 +436,8 @@ def parse_args(argv=None):
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the shared data folder")
     parser.add_argument("--work_dir", type=Path, default=ROOT.parent / "quality-work", help="checkpoints, logs, splits")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "quality.json")
+    parser.add_argument("--report_only", action="store_true",
+                        help="start no run: write the tables from the finished runs' records (missing ones are left out)")
     return parser.parse_args(argv)
 
 
