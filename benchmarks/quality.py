@@ -57,7 +57,9 @@ GMLP_TINY = dict(vocab_size=8192, hidden_size=128, intermediate_size=768, num_hi
 SGU_VARIANTS = ("multiplicative_split", "multiplicative", "additive", "linear")
 MODELS = ("bert", "gmlp", "amlp")  # slowest first: its runs take the first free slot
 TASKS = ("sst2", "mnli", "squad")
-TASK_NAMES = {"sst2": "SST-2 (dev)", "mnli": "MNLI-m (dev split)", "squad": "SQuAD v1.1 (dev split)"}
+SMALL_GLUE_TASKS = ("cola", "mrpc", "stsb", "rte")  # train and dev are here: GLUE-style dev scores, opt-in
+TASK_NAMES = {"sst2": "SST-2 (dev)", "mnli": "MNLI-m (dev split)", "squad": "SQuAD v1.1 (dev split)",
+              "cola": "CoLA (dev)", "mrpc": "MRPC (dev)", "stsb": "STS-B (dev)", "rte": "RTE (dev)"}
 MNLI_HELD_OUT = 2000
 SQUAD_HELD_OUT_ARTICLES = 10
 # gMLP/aMLP fine-tuning probes of the recipe suite: name -> run_glue.py --config_overrides.
@@ -237,8 +239,8 @@ class Quality:
         ]
         if overrides:
             common += ["--config_overrides", overrides]
-        if task == "sst2":
-            command = ["run_glue.py", "--task_name", "sst2", "--glue_dir", str(args.data / "glue")]
+        if task == "sst2" or task in SMALL_GLUE_TASKS:
+            command = ["run_glue.py", "--task_name", task, "--glue_dir", str(args.data / "glue")]
         elif task == "mnli":
             command = ["run_glue.py", "--task_name", "mnli", "--train_file", str(self.data / "mnli" / "train.jsonl"),
                        "--validation_file", str(self.data / "mnli" / "validation.jsonl")]
@@ -273,7 +275,9 @@ def mean_std(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
 
 
 TASK_METRICS = {"sst2": [("accuracy", "eval_accuracy")], "mnli": [("accuracy", "eval_accuracy")],
-                "squad": [("EM", "eval_exact_match"), ("F1", "eval_f1")]}
+                "squad": [("EM", "eval_exact_match"), ("F1", "eval_f1")], "cola": [("MCC", "eval_matthews_correlation")],
+                "mrpc": [("accuracy", "eval_accuracy"), ("F1", "eval_f1")],
+                "stsb": [("Pearson", "eval_pearson"), ("Spearman", "eval_spearmanr")], "rte": [("accuracy", "eval_accuracy")]}
 
 
 def collect(quality: Quality) -> dict:
@@ -372,7 +376,7 @@ def markdown(results: dict) -> str:
                   "| task | model | lr | held-out metrics (%) |", "|---|---|---|---|"]
         for task, rows in results["finetune"].items():
             for name, row in rows.items():
-                shown = ", ".join(f"{label} {mean_std(row[label], 100 if task != 'squad' else 1)}"
+                shown = ", ".join(f"{label} {mean_std(row[label], 1 if task == 'squad' else 100)}"
                                   for label, _ in TASK_METRICS[task])
                 lines.append(f"| {TASK_NAMES[task]} | {name} | {row['learning_rate']:g} | {shown} |")
         lines.append("")
@@ -424,7 +428,8 @@ def parse_args(argv=None):
                         choices=["pretrain", "lr", "finetune", "recipe", "sgu"])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="fine-tuning tasks")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS + SMALL_GLUE_TASKS,
+                        help="fine-tuning tasks (add cola mrpc stsb rte for a GLUE-style table)")
     parser.add_argument("--max_steps", type=int, default=1600, help="MLM pretraining steps per run")
     parser.add_argument("--batch_size", type=int, default=32, help="MLM pretraining batch (sequences of 128 tokens)")
     parser.add_argument("--learning_rate", type=float, default=1e-3, help="MLM pretraining peak learning rate")
