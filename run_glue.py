@@ -35,7 +35,6 @@ from gmlp.training import (
     select_samples,
     setup_logging,
     train_and_save,
-    warn_if_checkpoints_ignored,
 )
 
 logger = logging.getLogger(__name__)
@@ -79,7 +78,8 @@ def load_task_data(data_args: DataTrainingArguments, training_args: TrainingArgu
     files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
     if any(files.values()):
         raw = load_data_files(files, cache_dir=cache_dir)
-        task = get_task(data_args.task_name) if data_args.task_name else custom_task(next(iter(raw.values())), "the data files")
+        first = next(iter(raw))
+        task = get_task(data_args.task_name) if data_args.task_name else custom_task(raw[first], files[first])
         raw = datasets.DatasetDict({
             split: encode_task_labels(
                 dataset, task, files[split], labelled=split != "test" or "label" in dataset.column_names
@@ -100,7 +100,6 @@ def load_task_data(data_args: DataTrainingArguments, training_args: TrainingArgu
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_arguments((ModelArguments, DataTrainingArguments, TrainingArguments), argv)
     setup_logging(training_args)
-    warn_if_checkpoints_ignored(training_args)
     set_seed(training_args.seed)
 
     task, raw, eval_splits, test_splits = load_task_data(data_args, training_args, model_args.cache_dir, model_args.token)

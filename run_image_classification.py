@@ -10,6 +10,7 @@ dataset, or a local folder per class (`--dataset_name imagefolder --train_dir ..
 """
 
 import logging
+import os
 from dataclasses import dataclass, field
 
 import datasets
@@ -33,7 +34,6 @@ from gmlp.training import (
     select_samples,
     setup_logging,
     train_and_save,
-    warn_if_checkpoints_ignored,
 )
 
 logger = logging.getLogger(__name__)
@@ -59,9 +59,14 @@ def load_image_data(data_args: DataTrainingArguments, seed: int, cache_dir: str 
     """The `train` and `validation` splits; a dataset without a validation split gets 15% of train held out."""
     if data_args.dataset_name == DIGITS:
         return load_digits_dataset(seed=seed)
-    data_files = {"train": data_args.train_dir, "validation": data_args.validation_dir}
-    data_dirs = {split: path for split, path in data_files.items() if path is not None}
-    raw = datasets.load_dataset(data_args.dataset_name, data_files=data_dirs or None, cache_dir=cache_dir)
+    folders = {split: path for split, path in (("train", data_args.train_dir), ("validation", data_args.validation_dir))
+               if path is not None}
+    for split, path in folders.items():
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"--{split}_dir {path!r} is not a folder (of class folders of images).")
+    # The imagefolder builder takes file patterns, not folders: every file below each folder.
+    data_files = {split: os.path.join(path, "**") for split, path in folders.items()}
+    raw = datasets.load_dataset(data_args.dataset_name, data_files=data_files or None, cache_dir=cache_dir)
     if "validation" not in raw:
         held_out = raw["train"].train_test_split(test_size=0.15, seed=seed)
         raw = datasets.DatasetDict({"train": held_out["train"], "validation": held_out["test"]})
@@ -81,7 +86,6 @@ def main(argv: list[str] | None = None) -> dict:
     # The image column is only turned into pixel_values by the on-the-fly transform, so the Trainer must not drop it.
     training_args.remove_unused_columns = False
     setup_logging(training_args)
-    warn_if_checkpoints_ignored(training_args)
     set_seed(training_args.seed)
 
     raw = load_image_data(data_args, training_args.seed, model_args.cache_dir)

@@ -39,7 +39,6 @@ from gmlp.training import (
     select_samples,
     setup_logging,
     train_and_save,
-    warn_if_checkpoints_ignored,
 )
 
 logger = logging.getLogger(__name__)
@@ -135,7 +134,6 @@ def main(argv: list[str] | None = None) -> dict:
     if model_args.model_name_or_path is None and model_args.config_name is None:
         model_args.config_name = "gmlp-tiny"
     setup_logging(training_args)
-    warn_if_checkpoints_ignored(training_args)
     set_seed(training_args.seed)
 
     raw_datasets = load_raw_datasets(data_args, model_args)
@@ -157,9 +155,14 @@ def main(argv: list[str] | None = None) -> dict:
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         model.resize_token_embeddings(len(tokenizer))
 
+    sources = {}
+    if data_args.dataset_name is None:
+        sources["train"] = f"The train file {data_args.train_file}"
+        sources["validation"] = (f"The validation file {data_args.validation_file}" if data_args.validation_file
+                                 else f"The held-out part of {data_args.train_file}")
     tokenized = tokenize_for_mlm(
         raw_datasets, tokenizer, max_seq_length, data_args.line_by_line, training_args,
-        data_args.preprocessing_num_workers, data_args.whole_word_mask,
+        data_args.preprocessing_num_workers, data_args.whole_word_mask, sources=sources,
     )
     if data_args.whole_word_mask:
         # The collator needs the offset mapping to find words; the Trainer would drop it as an unused column.

@@ -14,6 +14,7 @@ import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
 from gmlp.metrics import load_metric
 from gmlp.squad import (
     check_squad_columns,
+    check_training_answers,
     load_squad_files,
     metric_inputs,
     postprocess_qa_predictions,
@@ -32,7 +33,6 @@ from gmlp.training import (
     select_samples,
     setup_logging,
     train_and_save,
-    warn_if_checkpoints_ignored,
 )
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,16 @@ class DataTrainingArguments:
     max_seq_length: int | None = field(
         default=None, metadata={"help": "Tokens per feature (question + context window); at most the model's n."}
     )
-    doc_stride: int = field(default=128, metadata={"help": "Overlap, in tokens, of the windows of a long context."})
+    doc_stride: int | None = field(
+        default=None,
+        metadata={"help": "Overlap, in tokens, of the windows of a long context. Default: a quarter of max_seq_length, "
+                  "at most 128."},
+    )
+    skip_invalid_answers: bool = field(
+        default=False,
+        metadata={"help": "Train without the questions whose answers do not match their contexts (logged), instead of "
+                  "stopping with an error that names them."},
+    )
     pad_to_max_length: bool = field(default=False, metadata={"help": "Pad every feature to max_seq_length."})
     n_best_size: int = field(default=20, metadata={"help": "Start and end candidates considered per feature."})
     max_answer_length: int = field(default=30, metadata={"help": "Longest answer, in tokens."})
@@ -86,7 +95,6 @@ def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArgumen
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_arguments((ModelArguments, DataTrainingArguments, TrainingArguments), argv)
     setup_logging(training_args)
-    warn_if_checkpoints_ignored(training_args)
     set_seed(training_args.seed)
 
     raw = load_raw_datasets(data_args, model_args)
@@ -95,6 +103,8 @@ def main(argv: list[str] | None = None) -> dict:
     if not tokenizer.is_fast:
         raise ValueError("run_squad.py needs a fast tokenizer (for offset mappings); pass one with --tokenizer_name.")
     max_seq_length = check_max_seq_length(data_args.max_seq_length, config, tokenizer)
+    if data_args.doc_stride is None:
+        data_args.doc_stride = min(128, max_seq_length // 4)
     if data_args.doc_stride >= max_seq_length:
         raise ValueError(
             f"--doc_stride {data_args.doc_stride} must be smaller than --max_seq_length {max_seq_length} (the windows of "
@@ -114,6 +124,10 @@ def main(argv: list[str] | None = None) -> dict:
             raise ValueError(f"--do_train needs training data (--train_file or a Hub dataset); the data has {list(raw)}.")
         train_examples = select_samples(raw["train"], data_args.max_train_samples)
         check_squad_columns(train_examples, "The training data", needs_answers=True)
+        train_examples = check_training_answers(
+            train_examples, data_args.train_file or data_args.dataset_name, data_args.version_2_with_negative,
+            skip=data_args.skip_invalid_answers,
+        )
         with training_args.main_process_first(desc="train features"):
             train_dataset = train_examples.map(
                 prepare_train_features, fn_kwargs=feature_kwargs, batched=True,

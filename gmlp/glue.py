@@ -5,6 +5,7 @@ Every dataset this module returns has the columns and label names of the Hub's `
 """
 
 import csv
+import math
 import os
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ import datasets
 import numpy as np
 
 from .metrics import load_metric
+from .training import check_text_file, require_columns
 
 
 @dataclass(frozen=True)
@@ -115,13 +117,19 @@ def load_glue_dir(glue_dir: str, task: GlueTask, splits) -> datasets.DatasetDict
     for split in splits:
         stem = os.path.join(task_dir, SPLIT_FILES[split])
         if os.path.isfile(stem + ".tsv"):
-            rows = read_glue_tsv(stem + ".tsv", task, is_test=split.startswith("test"))
+            path = stem + ".tsv"
+            check_text_file(path, f"The {split} file")
+            rows = read_glue_tsv(path, task, is_test=split.startswith("test"))
         elif os.path.isfile(stem + ".jsonl"):
-            rows = read_glue_jsonl(stem + ".jsonl", task)
+            path = stem + ".jsonl"
+            check_text_file(path, f"The {split} file")
+            rows = read_glue_jsonl(path, task)
         else:
             raise FileNotFoundError(
                 f"The {split} split of {task.name} needs {stem}.tsv (GLUE's layout) or {stem}.jsonl; neither exists."
             )
+        if not rows:
+            raise ValueError(f"The {split} file {path} has no examples (only a header).")
         result[split] = datasets.Dataset.from_list(rows, features=dataset_features(task))
     return datasets.DatasetDict(result)
 
@@ -186,6 +194,8 @@ def encode_label(value, task: GlueTask, where: str) -> int | float:
         if value in task.label_names:
             return task.label_names.index(value)
         label_id = int(value) if value.isdigit() and task.ids_allowed else None
+    elif isinstance(value, float) and value.is_integer() and task.ids_allowed:
+        label_id = int(value)  # a csv column of ids is read as floats when a cell is empty elsewhere
     else:
         label_id = value if isinstance(value, int) and task.ids_allowed else None
     if label_id is None or not 0 <= label_id < task.num_labels:
@@ -196,16 +206,25 @@ def encode_label(value, task: GlueTask, where: str) -> int | float:
     return label_id
 
 
+def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
+    """Raise ValueError naming the examples of `dataset` (read from `source`) whose label is empty."""
+    blank = [index for index, value in enumerate(dataset["label"])
+             if value is None or (isinstance(value, float) and math.isnan(value)) or (isinstance(value, str) and not value.strip())]
+    if blank:
+        shown = ", ".join(str(index) for index in blank[:5]) + (", ..." if len(blank) > 5 else "")
+        raise ValueError(
+            f"{source}: {len(blank)} example(s) have an empty label (example {shown}, counting from 0 after the "
+            "header). Fill in or remove those rows."
+        )
+
+
 def encode_task_labels(dataset: datasets.Dataset, task: GlueTask, source: str, labelled: bool = True) -> datasets.Dataset:
     """A csv/json `dataset` with `task`'s columns, its labels checked and cast to the task's label ids (-1, as on
     the Hub, for an unlabelled test set)."""
     columns = (*task.text_columns, "label") if labelled else task.text_columns
-    missing = [column for column in columns if column not in dataset.column_names]
-    if missing:
-        raise ValueError(
-            f"{source} has no column(s) {missing} (its columns: {dataset.column_names}); --task_name {task.name} "
-            f"needs the columns {list(columns)}."
-        )
+    require_columns(dataset, columns, f"{source} (--task_name {task.name})")
+    if labelled:
+        check_no_blank_labels(dataset, source)
     if not labelled:
         values = None
     elif task.ids_allowed or task.is_regression:
@@ -227,8 +246,8 @@ def encode_task_labels(dataset: datasets.Dataset, task: GlueTask, source: str, l
 def custom_task(train: datasets.Dataset, source: str) -> GlueTask:
     """A task for a custom csv/json dataset: its text columns, and its labels (the sorted distinct training labels,
     as strings, or regression for float labels)."""
-    if "label" not in train.column_names:
-        raise ValueError(f"{source} has no `label` column (its columns: {train.column_names}); name the label column `label`.")
+    require_columns(train, ["label"], source)
+    check_no_blank_labels(train, source)
     text_columns = infer_text_columns(train.column_names)
     if train.features["label"].dtype.startswith("float"):
         return GlueTask("custom", "", text_columns, None, {})

@@ -22,9 +22,17 @@ logger = logging.getLogger(__name__)
 DEFAULT_TRAIN_FILE = str(Path(__file__).parent / "data" / "eb1911_shakespeare.txt")
 
 
-def text_column_of(dataset: datasets.Dataset) -> str:
-    """The column holding the text: "text" if there is one, else the first column (as in Transformers' run_mlm)."""
-    return "text" if "text" in dataset.column_names else dataset.column_names[0]
+def text_column_of(dataset: datasets.Dataset, source: str = "The data") -> str:
+    """The column holding the text: "text" if there is one, else the first column (as in Transformers' run_mlm);
+    a ValueError naming `source` if that column does not hold text."""
+    column = "text" if "text" in dataset.column_names else dataset.column_names[0]
+    dtype = getattr(dataset.features[column], "dtype", None)
+    if dtype not in ("string", "large_string"):
+        raise ValueError(
+            f"{source}: its text column {column!r} holds {dtype or type(dataset.features[column]).__name__} values, not "
+            f"text. Name the text column `text` (its columns: {dataset.column_names})."
+        )
+    return column
 
 
 def train_or_load_tokenizer(
@@ -40,7 +48,7 @@ def train_or_load_tokenizer(
             logger.info(f"Training a WordPiece tokenizer of {vocab_size} tokens on the training data")
             tokenizer = train_tokenizer(
                 train_dataset, vocab_size=vocab_size, model_max_length=model_max_length,
-                text_column=text_column_of(train_dataset),
+                text_column=text_column_of(train_dataset, "The training data"),
             )
             tokenizer.save_pretrained(training_args.output_dir)
         else:
@@ -56,12 +64,15 @@ def tokenize_for_mlm(
     training_args: TrainingArguments,
     num_proc: int | None = None,
     whole_word_mask: bool = False,
+    sources: dict[str, str] | None = None,
 ) -> datasets.DatasetDict:
-    """Token ids for MLM: each non-empty line truncated to `max_seq_length` (`line_by_line`), or all the text
-    concatenated and cut into blocks of exactly `max_seq_length` tokens (the remainder of each batch of 1,000
-    texts is dropped, as in Transformers' run_mlm)."""
-    split = next(iter(raw_datasets.values()))
-    text_column = text_column_of(split)
+    """Token ids for MLM: each non-empty line truncated to `max_seq_length` (`line_by_line`; how many tokens that
+    drops is logged), or all the text concatenated and cut into blocks of exactly `max_seq_length` tokens (the
+    remainder of each batch of 1,000 texts is dropped, as in Transformers' run_mlm). `sources` names each split's
+    file for error messages."""
+    sources = {name: f"The {name} data" for name in raw_datasets} | (sources or {})
+    split_name, split = next(iter(raw_datasets.items()))
+    text_column = text_column_of(split, sources[split_name])
     # The special-tokens mask lets the collator skip [CLS]/[SEP] without recomputing it.
     extra_outputs = {"return_special_tokens_mask": True, "return_offsets_mapping": whole_word_mask}
 
@@ -69,7 +80,10 @@ def tokenize_for_mlm(
         lines = [line for line in examples[text_column] if line and not line.isspace()]
         # The collator cannot pad offset mappings, so whole-word masking pads every line to max_seq_length here.
         padding = "max_length" if whole_word_mask else False
-        return tokenizer(lines, truncation=True, max_length=max_seq_length, padding=padding, **extra_outputs)
+        tokenized = tokenizer(lines, truncation=True, max_length=max_seq_length, padding=padding, **extra_outputs)
+        full_lengths = tokenizer(lines, return_length=True)["length"]
+        tokenized["truncated_tokens"] = [max(0, length - max_seq_length) for length in full_lengths]
+        return tokenized
 
     def tokenize_all(examples):
         return tokenizer(examples[text_column], **extra_outputs)
@@ -93,12 +107,32 @@ def tokenize_for_mlm(
         if not line_by_line:
             tokenized = tokenized.map(group_texts, batched=True, num_proc=num_proc, desc=f"Grouping into blocks of {max_seq_length}")
     for name, dataset in tokenized.items():
+        if len(dataset) == 0 and line_by_line:
+            raise ValueError(f"{sources[name]} has no non-blank line: nothing to train or evaluate on.")
         if len(dataset) == 0:
             raise ValueError(
-                f"The {name} split has no example after tokenization: its text is shorter than one block of "
+                f"{sources[name]} has no example after tokenization: its text is shorter than one block of "
                 f"--max_seq_length {max_seq_length} tokens. Give more text, a smaller --max_seq_length, or --line_by_line."
             )
+    if line_by_line:
+        tokenized = datasets.DatasetDict(
+            {name: log_truncation(dataset, sources[name], max_seq_length) for name, dataset in tokenized.items()}
+        )
     return tokenized
+
+
+def log_truncation(dataset: datasets.Dataset, source: str, max_seq_length: int) -> datasets.Dataset:
+    """`dataset` without its `truncated_tokens` column, after logging how many tokens `--line_by_line` cut off."""
+    truncated = dataset["truncated_tokens"]
+    cut = sum(truncated)
+    if cut:
+        kept = sum(len(ids) for ids in dataset["input_ids"])
+        logger.warning(
+            f"--line_by_line: {source} lost {cut:,} of {cut + kept:,} tokens ({100 * cut / (cut + kept):.1f}%) in "
+            f"{sum(1 for t in truncated if t)} of {len(truncated)} lines longer than --max_seq_length {max_seq_length}. "
+            "Without --line_by_line the text is cut into blocks of max_seq_length tokens and no token is lost."
+        )
+    return dataset.remove_columns("truncated_tokens")
 
 
 def with_fixed_mask(dataset: datasets.Dataset, collator: DataCollatorForLanguageModeling, seed: int) -> datasets.Dataset:

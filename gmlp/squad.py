@@ -10,7 +10,7 @@ import os
 import datasets
 import numpy as np
 
-from .training import load_data_files
+from .training import check_text_file, load_data_files
 
 logger = logging.getLogger(__name__)
 
@@ -30,13 +30,27 @@ def load_squad_json(path: str) -> datasets.Dataset:
 
     Unanswerable v2.0 questions (`is_impossible`) get empty answers.
     """
+    squad = read_json(path)
+    if squad is None:
+        raise ValueError(f"{path} is not a JSON file; expected SQuAD's official JSON format.")
+    return squad_rows(squad, path)
+
+
+def read_json(path: str):
+    """The JSON document in `path`, or None if it is not one (e.g. JSON lines); clear errors for a missing, empty or
+    non-UTF-8 file."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"SQuAD file {path!r} does not exist; check the --train_file / --validation_file path.")
+    check_text_file(path, "The SQuAD file")
     with open(path, encoding="utf-8") as file:
         try:
-            squad = json.load(file)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not a JSON file ({error}); expected SQuAD's official JSON format.") from None
+            return json.load(file)
+        except json.JSONDecodeError:
+            return None
+
+
+def squad_rows(squad, path: str) -> datasets.Dataset:
+    """The questions of a parsed official SQuAD document (read from `path`), with the Hub's `squad` columns."""
     if not isinstance(squad, dict) or not isinstance(squad.get("data"), list):
         raise ValueError(
             f"{path} is not in SQuAD's format: expected {{\"data\": [{{\"title\", \"paragraphs\": [{{\"context\", "
@@ -69,22 +83,41 @@ def load_squad_files(data_files: dict[str, str | None], cache_dir: str | None = 
     for split, path in data_files.items():
         if path is None:
             continue
-        if path.lower().endswith(".json") and _is_official_squad(path):
-            splits[split] = load_squad_json(path)
+        document = read_json(path) if path.lower().endswith(".json") else None
+        if isinstance(document, dict):  # SQuAD's official layout, rather than JSON lines
+            splits[split] = squad_rows(document, path)
         else:
             splits[split] = load_data_files({split: path}, cache_dir=cache_dir)[split]
     return datasets.DatasetDict(splits)
 
 
-def _is_official_squad(path: str) -> bool:
-    """Whether `path` holds one JSON object (SQuAD's official layout) rather than JSON lines."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"SQuAD file {path!r} does not exist; check the --train_file / --validation_file path.")
-    with open(path, encoding="utf-8") as file:
-        try:
-            return isinstance(json.load(file), dict)
-        except json.JSONDecodeError:
-            return False
+def check_training_answers(
+    examples: datasets.Dataset, source: str, version_2_with_negative: bool, skip: bool = False
+) -> datasets.Dataset:
+    """`examples` whose answers all lie in their contexts (`context[start:start + len(text)] == text`): a shifted
+    `answer_start` would train on the wrong span without any error. Raises ValueError naming the bad questions'
+    ids, or, with `skip`, drops them and logs how many. An empty answer list is only allowed in SQuAD 2.0."""
+    bad = {}
+    for qid, context, answers in zip(examples["id"], examples["context"], examples["answers"]):
+        if not answers["text"]:
+            if not version_2_with_negative:
+                bad[qid] = "no answer (unanswerable questions need --version_2_with_negative)"
+            continue
+        for text, start in zip(answers["text"], answers["answer_start"]):
+            if context[start : start + len(text)] != text:
+                bad[qid] = f"answer {text!r} is not at character {start} of its context"
+                break
+    if not bad:
+        return examples
+    shown = "; ".join(f"{qid}: {reason}" for qid, reason in list(bad.items())[:3])
+    if not skip:
+        raise ValueError(
+            f"{source}: {len(bad)} of {len(examples)} training questions have answers that do not match their "
+            f"contexts ({shown}{'; ...' if len(bad) > 3 else ''}). Fix the answer_start offsets, or pass "
+            "--skip_invalid_answers to train without those questions."
+        )
+    logger.warning(f"--skip_invalid_answers: skipping {len(bad)} of {len(examples)} training questions of {source} ({shown})")
+    return examples.filter(lambda example: example["id"] not in bad)
 
 
 def check_squad_columns(dataset: datasets.Dataset, source: str, needs_answers: bool) -> None:

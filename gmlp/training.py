@@ -1,15 +1,22 @@
 """Plumbing shared by `run_mlm.py`, `run_glue.py` and `run_squad.py`: arguments, config/tokenizer/model loading,
 local data files, checkpoints and the train/evaluate bookkeeping around the stock `Trainer`."""
 
+import codecs
+import difflib
+import json
 import logging
 import os
+import re
 import sys
+import zipfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import datasets
 import torch
 import transformers
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, PreTrainedConfig, TrainingArguments
+from safetensors import safe_open
 from transformers.trainer_utils import get_last_checkpoint
 
 from .configuration_gmlp import PRESETS, GMLPConfig
@@ -62,17 +69,63 @@ class ModelArguments:
         }
 
 
+@dataclass
+class RunArguments:
+    """Options of the run itself that Transformers' `TrainingArguments` does not have (every script takes them)."""
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Replace the results of an earlier run in --output_dir; without it, an output directory that "
+                  "holds another run's results (*_results.json) is refused, so that results never mix."},
+    )
+
+
 def parse_arguments(dataclass_types, argv: list[str] | None = None):
-    """Parse the command line (or a single `.json` file of arguments) into the given dataclasses."""
+    """Parse the command line (or a single `.json` file of arguments) into the given dataclasses (one of them
+    `TrainingArguments`), plus `RunArguments`, and check the run before anything loads: that it has something to do
+    and that its output directory holds no other run's results."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
         # Under torchrun on a machine without GPUs, Transformers only runs data-parallel (gloo) when told to use the
         # CPU; otherwise every process would train alone.
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
-    parser = HfArgumentParser(dataclass_types)
+    parser = HfArgumentParser((*dataclass_types, RunArguments))
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
-    return parser.parse_args_into_dataclasses(args=argv)
+        *parsed, run_args = parser.parse_json_file(json_file=os.path.abspath(argv[0]))
+    else:
+        *parsed, run_args = parser.parse_args_into_dataclasses(args=argv)
+    training_args = next(args for args in parsed if isinstance(args, TrainingArguments))
+    if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
+        raise ValueError("Nothing to do: pass --do_train and/or --do_eval (or --do_predict where the script has it).")
+    if training_args.process_index == 0:
+        prepare_output_dir(training_args, run_args.overwrite_output_dir)
+    return tuple(parsed)
+
+
+def prepare_output_dir(training_args: TrainingArguments, overwrite: bool) -> None:
+    """Refuse an output directory holding another run's results (or, with `overwrite`, delete those results), and say
+    how to resume when it holds checkpoints that this run would start over from."""
+    output_dir = Path(training_args.output_dir)
+    if not output_dir.is_dir():
+        return
+    results = sorted(path.name for path in output_dir.glob("*_results.json"))
+    if results and training_args.resume_from_checkpoint is None:
+        if not overwrite:
+            raise FileExistsError(
+                f"--output_dir {output_dir} holds the results of an earlier run ({', '.join(results)}); this run's "
+                "results would be mixed with them. Choose another --output_dir, or pass --overwrite_output_dir to "
+                "replace them."
+            )
+        for name in results:
+            (output_dir / name).unlink()
+        logger.warning(f"--overwrite_output_dir: removed the earlier run's {', '.join(results)} from {output_dir}")
+    if training_args.do_train and training_args.resume_from_checkpoint is None:
+        last = get_last_checkpoint(str(output_dir))
+        if last is not None:
+            logger.warning(
+                f"{output_dir} holds checkpoints; this run starts from scratch. To continue the earlier run instead, "
+                f"pass --resume_from_checkpoint {last}."
+            )
 
 
 def setup_logging(training_args: TrainingArguments) -> None:
@@ -107,7 +160,16 @@ def load_config(
         config = config_class.from_preset(model_args.config_name, **task_kwargs)
     elif model_args.config_name or model_args.model_name_or_path:
         name = model_args.config_name or model_args.model_name_or_path
-        config = AutoConfig.from_pretrained(name, **task_kwargs, **model_args.hub_kwargs())
+        try:
+            config = AutoConfig.from_pretrained(name, **task_kwargs, **model_args.hub_kwargs())
+        except OSError as error:
+            near = difflib.get_close_matches(name, presets, n=1, cutoff=0.75)
+            if near and not os.path.exists(name):
+                raise ValueError(
+                    f"{name!r} is neither a preset nor a config directory, and could not be loaded from the Hub. "
+                    f"Did you mean the preset {near[0]!r}? Presets: {', '.join(presets)}."
+                ) from error
+            raise
     else:
         raise ValueError(
             "No model given: pass --model_name_or_path (a checkpoint) or --config_name (a preset: "
@@ -148,6 +210,10 @@ def load_tokenizer(model_args: ModelArguments, required: bool = True):
 def load_model(auto_class, model_args: ModelArguments, config: PreTrainedConfig):
     """`auto_class` (e.g. `AutoModelForMaskedLM`) from `--model_name_or_path`, or a new one from `config`."""
     if model_args.model_name_or_path:
+        if os.path.isdir(model_args.model_name_or_path):
+            problem = weights_problem(Path(model_args.model_name_or_path))
+            if problem:
+                raise ValueError(f"Cannot load --model_name_or_path {model_args.model_name_or_path}: {problem}.")
         return auto_class.from_pretrained(model_args.model_name_or_path, config=config, **model_args.hub_kwargs())
     logger.info("Training a new model from scratch")
     return auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
@@ -191,10 +257,48 @@ def load_data_files(data_files: dict[str, str | None], cache_dir: str | None = N
                 f"use one of {', '.join('.' + ext for ext in DATA_FILE_BUILDERS)}."
             )
         builders.add(extension if extension != "jsonl" else "json")
+        if extension != "parquet":
+            check_text_file(path, f"The {split} file")
+        if extension in ("csv", "tsv") and not has_a_row_after_the_header(path):
+            raise ValueError(f"The {split} file {path} has no examples (only a header).")
     if len(builders) > 1:
         raise ValueError(f"All data files must have the same format, got {sorted(builders)}: {data_files}.")
     builder, builder_kwargs = DATA_FILE_BUILDERS[builders.pop()]
-    return datasets.load_dataset(builder, data_files=data_files, cache_dir=cache_dir, **builder_kwargs)
+    try:
+        loaded = datasets.load_dataset(builder, data_files=data_files, cache_dir=cache_dir, **builder_kwargs)
+    except Exception as error:  # datasets raises many types (ArrowInvalid, DatasetGenerationError, ...) for bad files
+        raise ValueError(f"Could not read {', '.join(data_files.values())} as {builder}: {error}") from error
+    for split, dataset in loaded.items():
+        if len(dataset) == 0:
+            raise ValueError(f"The {split} file {data_files[split]} has no examples (only a header, or blank lines).")
+    return loaded
+
+
+def has_a_row_after_the_header(path: str) -> bool:
+    """Whether the csv/tsv file `path` has a non-blank line after its first one."""
+    with open(path, encoding="utf-8-sig") as file:
+        non_blank = (line for line in file if line.strip())
+        return next(non_blank, None) is not None and next(non_blank, None) is not None
+
+
+def check_text_file(path: str, what: str) -> None:
+    """Raise ValueError naming `path` if it is empty, blank or not UTF-8 text."""
+    blank = True
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with open(path, "rb") as file:
+        offset = 0
+        while chunk := file.read(1 << 20):
+            try:
+                text = decoder.decode(chunk)
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"{what} {path} is not UTF-8 text (byte {offset + error.start}: {error.reason}); convert it, "
+                    "e.g. `iconv -f latin1 -t utf-8`."
+                ) from None
+            blank = blank and not text.strip()
+            offset += len(chunk)
+    if blank:
+        raise ValueError(f"{what} {path} is empty (or holds only blank lines).")
 
 
 def require_columns(dataset: datasets.Dataset, columns, source: str) -> None:
@@ -214,27 +318,74 @@ def select_samples(dataset: datasets.Dataset, max_samples: int | None) -> datase
     return dataset.select(range(min(max_samples, len(dataset))))
 
 
+# What a checkpoint written by the Trainer holds besides its weights; all of it is needed to resume.
+CHECKPOINT_STATE_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "adapter_model.safetensors")
+
+
+def weights_problem(folder: Path) -> str | None:
+    """Why the model weights in `folder` cannot be read (missing, truncated or corrupt), or None."""
+    present = [name for name in WEIGHT_FILES if (folder / name).is_file()]
+    if not present:
+        return f"it has no model weights ({' or '.join(WEIGHT_FILES[:1] + WEIGHT_FILES[2:3])})"
+    for name in present:
+        if name.endswith(".safetensors"):
+            try:
+                with safe_open(str(folder / name), framework="pt") as weights:
+                    weights.keys()
+            except Exception as error:  # safetensors raises its own error types for a bad header or a short file
+                return f"{folder / name} is truncated or corrupt ({error})"
+    return None
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why the Trainer checkpoint `folder` cannot be resumed from (a file missing, unreadable or truncated), or None."""
+    problem = weights_problem(folder)
+    if problem:
+        return problem
+    for name in CHECKPOINT_STATE_FILES:
+        path = folder / name
+        if not path.is_file() or path.stat().st_size == 0:
+            return f"{path} is missing or empty"
+    try:
+        json.loads((folder / "trainer_state.json").read_text())
+    except (OSError, ValueError) as error:
+        return f"{folder / 'trainer_state.json'} is not readable JSON ({error})"
+    for name in ("optimizer.pt", "scheduler.pt"):
+        # torch.save writes zip archives; a file cut short lacks the archive's closing directory.
+        if not zipfile.is_zipfile(folder / name):
+            return f"{folder / name} is truncated or corrupt"
+    return None
+
+
 def resolve_checkpoint(training_args: TrainingArguments) -> str | None:
     """The checkpoint to resume from: `--resume_from_checkpoint`, either a checkpoint or a run directory holding
-    `checkpoint-*` folders (the last one is taken)."""
+    `checkpoint-*` folders, of which the newest complete one is taken (a run killed while saving leaves an incomplete
+    one behind); the ones skipped are logged with the reason."""
     path = training_args.resume_from_checkpoint
     if path is None:
         return None
-    if not os.path.isdir(path):
+    folder = Path(path)
+    if not folder.is_dir():
         raise FileNotFoundError(f"--resume_from_checkpoint {path!r} is not a directory; pass a checkpoint-* folder.")
-    last = get_last_checkpoint(path)
-    return last if last is not None else path
-
-
-def warn_if_checkpoints_ignored(training_args: TrainingArguments) -> None:
-    """Say how to resume when the output directory already holds checkpoints that this run would overwrite."""
-    if training_args.do_train and training_args.resume_from_checkpoint is None and os.path.isdir(training_args.output_dir):
-        last = get_last_checkpoint(training_args.output_dir)
-        if last is not None:
-            logger.warning(
-                f"{training_args.output_dir} holds checkpoints; this run starts from scratch. To continue the earlier "
-                f"run instead, pass --resume_from_checkpoint {last}."
-            )
+    numbered = [(int(match.group(1)), child) for child in folder.iterdir()
+                if child.is_dir() and (match := re.fullmatch(r"checkpoint-(\d+)", child.name))]
+    if not numbered:
+        problem = checkpoint_problem(folder)
+        if problem:
+            raise ValueError(f"Cannot resume from --resume_from_checkpoint {path}: {problem}.")
+        return str(folder)
+    skipped = []
+    for _, checkpoint in sorted(numbered, reverse=True):
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            for name, reason in skipped:
+                logger.warning(f"Skipping the incomplete checkpoint {name}: {reason}")
+            logger.warning(f"Resuming from {checkpoint}")
+            return str(checkpoint)
+        skipped.append((checkpoint.name, problem))
+    reasons = "; ".join(f"{name}: {reason}" for name, reason in skipped)
+    raise ValueError(f"No complete checkpoint to resume from in {path} ({reasons}).")
 
 
 def train_and_save(trainer, training_args: TrainingArguments, num_train_samples: int) -> None:
@@ -270,10 +421,12 @@ __all__ = [
     "apply_config_overrides",
     "check_max_seq_length",
     "load_config",
+    "check_text_file",
     "load_data_files",
     "load_model",
     "load_tokenizer",
     "parse_arguments",
+    "prepare_output_dir",
     "publish",
     "record_metrics",
     "require_columns",
@@ -281,5 +434,4 @@ __all__ = [
     "select_samples",
     "setup_logging",
     "train_and_save",
-    "warn_if_checkpoints_ignored",
 ]
