@@ -2,7 +2,7 @@
 
 
 def pytest_configure(config):
-    # Markers of Transformers' vendored common tests (tests/transformers_common), registered as in Transformers' own
+    # Markers of Transformers' common tests (fetched at test time, see tests/transformers_common/upstream.py), registered as in Transformers' own
     # conftest.py so that pytest does not warn about unknown marks.
     markers = (
         "slow",

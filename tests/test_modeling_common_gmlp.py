@@ -1,4 +1,4 @@
-"""gMLP and aMLP held to Transformers' own standard: the library's common model tests (`ModelTesterMixin`, v5.23.0).
+"""gMLP and aMLP held to Transformers' own standard: the library's common model tests (`ModelTesterMixin` of the installed version, fetched at test time).
 
 Laid out like Transformers' `tests/models/bert/test_modeling_bert.py`: a `GMLPModelTester` builds tiny configs and
 inputs, and each test class runs every common test over its `all_model_classes`. `GMLPForCausalLM` needs a causal
@@ -24,9 +24,8 @@ from transformers.models.auto.modeling_auto import (
     MODEL_MAPPING_NAMES,
 )
 from transformers.testing_utils import require_torch, torch_device
+from transformers_common import upstream
 from transformers_common.generation_tester import GenerationTesterMixin
-from transformers_common.test_configuration_common import ConfigTester
-from transformers_common.test_modeling_common import ModelTesterMixin, ids_tensor, random_attention_mask
 
 from gmlp import (
     GMLPConfig,
@@ -37,6 +36,13 @@ from gmlp import (
     GMLPForSequenceClassification,
     GMLPForTokenClassification,
     GMLPModel,
+)
+
+# Transformers' own common tests, from the installed version's source distribution (fetched once, then cached).
+ConfigTester = upstream.load("test_configuration_common").ConfigTester
+modeling_common = upstream.load("test_modeling_common")
+ModelTesterMixin, ids_tensor, random_attention_mask = (
+    modeling_common.ModelTesterMixin, modeling_common.ids_tensor, modeling_common.random_attention_mask
 )
 
 # The common tests tell a model's task (which inputs to expand per choice, which labels `return_labels=True` builds,
