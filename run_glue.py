@@ -27,6 +27,7 @@ from gmlp.training import (
     check_max_seq_length,
     load_config,
     load_data_files,
+    load_dataset_or_saved,
     load_model,
     load_tokenizer,
     parse_arguments,
@@ -93,7 +94,7 @@ def load_task_data(data_args: DataTrainingArguments, training_args: TrainingArgu
         wanted += list(task.test_splits) if training_args.do_predict else []
         raw = load_glue_dir(data_args.glue_dir, task, wanted)
     else:
-        raw = datasets.load_dataset(data_args.dataset_name, task.name, cache_dir=cache_dir, token=token)
+        raw = load_dataset_or_saved(data_args.dataset_name, task.name, cache_dir=cache_dir, token=token)
     return task, raw, task.eval_splits, task.test_splits
 
 
@@ -166,11 +167,8 @@ def main(argv: list[str] | None = None) -> dict:
                 path = os.path.join(training_args.output_dir, f"predict_results_{name}.txt")
                 write_predictions(path, predictions, label_names)
                 logger.info(f"Wrote the {split} predictions to {path}")
-    publish(
-        trainer, training_args, model_args, tasks="text-classification", language="en",
-        dataset_tags="glue" if data_args.task_name else None, dataset_args=data_args.task_name,
-        dataset=f"GLUE {data_args.task_name.upper()}" if data_args.task_name else None,
-    )
+    publish(trainer, training_args, model_args, task="text-classification",
+            dataset=f"GLUE {data_args.task_name.upper()}" if data_args.task_name else data_args.train_file)
     return all_metrics
 
 

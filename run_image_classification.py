@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
         metrics = trainer.evaluate()
         metrics["eval_samples"] = len(eval_dataset)
         record_metrics(trainer, "eval", metrics)
-    publish(trainer, training_args, model_args, tasks="image-classification", dataset=data_args.dataset_name)
+    publish(trainer, training_args, model_args, task="image-classification", dataset=data_args.dataset_name)
     return metrics
 
 

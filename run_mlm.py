@@ -202,10 +202,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"\nFill-mask: {text}")
         for prediction in fill_mask(trainer.model, tokenizer, text):
             print(f"  {prediction['score']:.3f}  {prediction['token_str']}")
-    publish(
-        trainer, training_args, model_args, tasks="fill-mask",
-        dataset=data_args.dataset_name or data_args.train_file,
-    )
+    publish(trainer, training_args, model_args, task="fill-mask", dataset=data_args.dataset_name or data_args.train_file)
     return metrics
 
 

@@ -168,10 +168,8 @@ def main(argv: list[str] | None = None) -> dict:
         metrics = {**output.metrics, **{f"eval_{key}": value for key, value in scores.items()}}
         metrics["eval_samples"] = len(eval_examples)
         record_metrics(trainer, "eval", metrics)
-    publish(
-        trainer, training_args, model_args, tasks="question-answering",
-        dataset=data_args.dataset_name or data_args.validation_file,
-    )
+    publish(trainer, training_args, model_args, task="question-answering",
+            dataset=data_args.dataset_name or data_args.train_file or data_args.validation_file)
     return metrics
 
 

@@ -24,7 +24,7 @@ setup(
         "scipy",
     ],
     extras_require={
-        "dev": ["pytest>=8", "parameterized", "matplotlib"],
+        "dev": ["pytest>=8", "parameterized", "matplotlib", "peft>=0.17"],
         "vis": ["matplotlib"],
         # g-mlp-pytorch is the other gMLP the speed benchmark compares against (install it with --no-deps).
         "benchmarks": ["g-mlp-pytorch", "einops", "matplotlib"],

@@ -4,6 +4,8 @@ One command, a markdown table out and the results as JSON (benchmarks/results/sp
 
     python benchmarks/speed.py                 # everything (about 30-60 minutes on 2 cores)
     python benchmarks/speed.py --quick         # fewer rounds and a 2-layer model for the length scaling
+    python benchmarks/speed.py --sections generation --output benchmarks/results/speed_generation.json
+                                               # generate(): gMLP cached vs uncached vs GPT-2 (KV cache)
 
 Every table runs its cases interleaved (A B C A B C ...), reports medians over rounds and paired ratios (the
 median of per-round ratios), on the CPU with `torch.set_num_threads` set explicitly. glibc's malloc returns the
@@ -22,11 +24,11 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import BertConfig, BertForMaskedLM
+from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from gmlp import GMLPConfig, GMLPForMaskedLM  # noqa: E402
+from gmlp import GMLPConfig, GMLPForCausalLM, GMLPForMaskedLM  # noqa: E402
 
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -36,6 +38,10 @@ BASE = dict(vocab_size=30522, hidden_size=256, num_hidden_layers=12, intermediat
 BATCH_SIZE = 8
 MASK_PROBABILITY = 0.15
 
+
+# Causal generation: the same shape with n = 512, a 16-token prompt and 256 new tokens.
+GENERATION = {**BASE, "max_position_embeddings": 512}
+PROMPT_LENGTH, NEW_TOKENS = 16, 256
 
 # ----------------------------------------------------------------------------------------------- models
 
@@ -65,6 +71,18 @@ def bert_config_matching(target_parameters: int | None, length: int, intermediat
         low, high = (count_parameters(BertForMaskedLM(config(size))) for size in (256, 512))
         intermediate_size = round(256 + (target_parameters - low) * 256 / (high - low))
     return config(intermediate_size)
+
+
+def gpt2_matching(target_parameters: int) -> GPT2Config:
+    """GPT-2 with gMLP's width and depth (4 heads of 64), n = 512 and the FFN width that matches the count."""
+
+    def config(size):
+        return GPT2Config(vocab_size=GENERATION["vocab_size"], n_positions=GENERATION["max_position_embeddings"],
+                          n_embd=GENERATION["hidden_size"], n_layer=GENERATION["num_hidden_layers"], n_head=4,
+                          n_inner=size, pad_token_id=0)
+
+    low, high = (count_parameters(GPT2LMHeadModel(config(size))) for size in (256, 512))
+    return config(round(256 + (target_parameters - low) * 256 / (high - low)))
 
 
 def g_mlp_pytorch_model(length: int):
@@ -332,6 +350,36 @@ def run_compile(args) -> dict:
     }
 
 
+def run_generation(args) -> dict:
+    """generate(): NEW_TOKENS greedy tokens after a PROMPT_LENGTH-token prompt, gMLP with its cache and without, and
+    GPT-2 of equal size with its KV cache, interleaved; tokens/s counts the new tokens."""
+    torch.manual_seed(0)
+    gmlp = GMLPForCausalLM(GMLPConfig(**GENERATION, is_decoder=True)).eval()
+    gpt2 = GPT2LMHeadModel(gpt2_matching(count_parameters(gmlp))).eval()
+    fixed = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "do_sample": False, "pad_token_id": 0}
+    result = {"parameters": {"gmlp": count_parameters(gmlp), "gpt2": count_parameters(gpt2)},
+              "prompt_length": PROMPT_LENGTH, "new_tokens": NEW_TOKENS, "batches": {}}
+    for batch_size in (1, 8):
+        prompt = torch.randint(5, GENERATION["vocab_size"], (batch_size, PROMPT_LENGTH))
+        mask = torch.ones_like(prompt)
+
+        def generate(model, use_cache):
+            return lambda: model.generate(prompt, attention_mask=mask, use_cache=use_cache, **fixed)
+
+        steps = {"gmlp cached": generate(gmlp, True), "gmlp uncached": generate(gmlp, False),
+                 "GPT2LMHeadModel (KV cache)": generate(gpt2, True)}
+        for model in (gmlp, gpt2):  # one short warm-up each: the uncached run is too long to warm up whole
+            model.generate(prompt, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0)
+        times = interleaved(steps, rounds=args.generation_rounds, warmup=0)
+        result["batches"][str(batch_size)] = {
+            "seconds": times,
+            "tokens_per_second": {name: batch_size * NEW_TOKENS / statistics.median(t) for name, t in times.items()},
+            "cached_vs_uncached": paired_ratio(times, "gmlp cached", "gmlp uncached"),
+            "cached_vs_gpt2": paired_ratio(times, "gmlp cached", "GPT2LMHeadModel (KV cache)"),
+        }
+    return result
+
+
 def spatial_projection_cases(length: int):
     from gmlp.modeling_gmlp import GMLPSpatialProjection
 
@@ -505,6 +553,22 @@ def markdown(results: dict) -> str:
             f"{c['inference_tokens_per_second']['compiled']:.0f} | {c['inference_speedup']:.2f}x |",
             f"\nFirst compiled step (including compilation): {c['first_step_seconds_with_compilation']:.0f} s.", "",
         ]
+    if "generation" in results:
+        g = results["generation"]
+        lines += [
+            f"### generate(): {g['new_tokens']} greedy tokens after a {g['prompt_length']}-token prompt, d_model 256, "
+            f"12 layers, n 512 (gMLP {g['parameters']['gmlp'] / 1e6:.2f}M, GPT-2 {g['parameters']['gpt2'] / 1e6:.2f}M "
+            "parameters), new tokens/s", "",
+            "| batch | gMLP cached | gMLP uncached | GPT2LMHeadModel (KV cache) | cached vs uncached | cached vs GPT-2 |",
+            "|---|---|---|---|---|---|",
+        ]
+        for batch_size, row in g["batches"].items():
+            tps = row["tokens_per_second"]
+            lines.append(
+                f"| {batch_size} | {tps['gmlp cached']:.0f} | {tps['gmlp uncached']:.0f} | "
+                f"{tps['GPT2LMHeadModel (KV cache)']:.0f} | {row['cached_vs_uncached']:.1f}x | {row['cached_vs_gpt2']:.2f}x |"
+            )
+        lines.append("")
     if "scaling" in results:
         s = results["scaling"]
         lines += [
@@ -560,13 +624,14 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     parser.add_argument("--sections", default="training,inference,scaling,compile",
-                        help="comma-separated subset of training,inference,scaling,compile")
+                        help="comma-separated subset of training,inference,scaling,compile,generation")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per table")
     parser.add_argument("--repeats", type=int, default=2, help="steps per case per round")
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])
     parser.add_argument("--scaling-tokens", type=int, default=4096, help="tokens per step in the length scaling")
     parser.add_argument("--scaling-layers", type=int, default=12)
     parser.add_argument("--scaling-rounds", type=int, default=3)
+    parser.add_argument("--generation-rounds", type=int, default=3, help="interleaved rounds of the generation table")
     parser.add_argument("--quick", action="store_true", help="3 rounds, 1 repeat, 2-layer encoder for the scaling")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "speed.json")
     parser.add_argument("--system-malloc", action="store_true", help="keep glibc's default malloc settings")
@@ -595,6 +660,7 @@ def main():
         "inference": lambda: run_inference(args, peak),
         "scaling": lambda: run_scaling(args),
         "compile": lambda: run_compile(args),
+        "generation": lambda: run_generation(args),
     }
     for section in sections:
         if section not in runners:

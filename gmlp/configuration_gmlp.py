@@ -121,8 +121,8 @@ class GMLPConfig(PreTrainedConfig):
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     tie_word_embeddings: bool = True
-    # gMLP has no key/value cache: generation reruns the whole prefix at every step.
-    use_cache: bool = False
+    # Causal models decode with a cache of the earlier tokens' gates (see GMLPLayer); encoders ignore it.
+    use_cache: bool = True
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

@@ -12,12 +12,14 @@ from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from transformers import initialization as init
 from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
+    BaseModelOutputWithPast,
+    CausalLMOutputWithPast,
     BaseModelOutputWithPooling,
-    CausalLMOutput,
     ImageClassifierOutput,
     MaskedLMOutput,
     MultipleChoiceModelOutput,
@@ -92,8 +94,15 @@ class GMLPSpatialProjection(nn.Module):
         weight = self.weight[:, :length, :length]
         return weight.tril() if self.is_causal else weight
 
-    def forward(self, gate: torch.Tensor) -> torch.Tensor:
-        """gate: (batch, length, channels) -> (batch, length, channels), mixed along `length`."""
+    def forward(self, gate: torch.Tensor, positions: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """gate: (batch, length, channels) -> (batch, length, channels), mixed along `length`.
+
+        `positions`, if given, is `(query_positions, key_positions)` of shapes (batch, queries) and (batch, length):
+        the position of each output row and of each input row, so that left-padded rows and cached decoding use
+        the rows and columns of W (and entries of b) of their real positions. Without it, token i is at position i.
+        """
+        if positions is not None:
+            return self._positional_product(gate, *positions)
         length = gate.shape[1]
         heads = gate.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # (batch, heads, length, channels/heads)
         if self.is_toeplitz and length >= self.fft_min_length:
@@ -101,6 +110,22 @@ class GMLPSpatialProjection(nn.Module):
         else:
             mixed = torch.matmul(self.matrix(length).to(heads.dtype), heads)
         mixed = mixed + self.bias[:, :length, None].to(mixed.dtype)
+        return mixed.transpose(1, 2).flatten(2)
+
+    def _positional_product(
+        self, gate: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor
+    ) -> torch.Tensor:
+        """W[query_positions, key_positions] @ gate + b[query_positions], per row of the batch."""
+        heads = gate.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # (batch, heads, keys, channels/heads)
+        rows, columns = query_positions[:, :, None], key_positions[:, None, :]
+        if self.is_toeplitz:
+            weight = self.weight[:, rows - columns + self.max_length - 1]  # (heads, batch, queries, keys)
+        else:
+            weight = self.weight[:, rows, columns]
+        if self.is_causal:
+            weight = weight * (columns <= rows)
+        mixed = torch.einsum("hbqk,bhkc->bhqc", weight.to(heads.dtype), heads)
+        mixed = mixed + self.bias[:, query_positions].transpose(0, 1)[..., None].to(mixed.dtype)
         return mixed.transpose(1, 2).flatten(2)
 
     def _toeplitz_fft_product(self, heads: torch.Tensor) -> torch.Tensor:
@@ -127,19 +152,32 @@ class GMLPTinyAttention(nn.Module):
         self.output_proj = nn.Linear(self.attention_size, config.gate_size)
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
 
+    def project(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Query, key and value, each (batch, 1 head, length, attention_size): the single head is kept as an axis, so
+        that the attention weights have the (batch, heads, queries, keys) layout of Transformers' `attentions`."""
+        return self.qkv_proj(hidden_states).unsqueeze(1).chunk(3, dim=-1)
+
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        positions: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # (batch, 1 head, length, attention_size): the single head is kept as an axis, so that the returned weights
-        # have the (batch, heads, length, length) layout of Transformers' `attentions` and are the tensor used below.
-        query, key, value = self.qkv_proj(hidden_states).unsqueeze(1).chunk(3, dim=-1)
+        """Attend from the queries to the keys (the same tokens, or the cached ones followed by the new ones); masked
+        keys (`attention_mask` over the keys) get no weight, and in causal mode neither do later positions."""
         scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(self.attention_size)
-        length = hidden_states.shape[1]
         allowed = None
         if attention_mask is not None:
             allowed = attention_mask[:, None, None, :].bool()
         if self.is_causal:
-            causal = torch.ones(length, length, dtype=torch.bool, device=scores.device).tril()
+            if positions is None:
+                length = key.shape[2]
+                causal = torch.ones(length, length, dtype=torch.bool, device=scores.device).tril()
+            else:
+                query_positions, key_positions = positions
+                causal = (key_positions[:, None, :] <= query_positions[:, :, None])[:, None]
             allowed = causal if allowed is None else allowed & causal
         if allowed is not None:
             scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
@@ -163,15 +201,30 @@ class GMLPSpatialGatingUnit(nn.Module):
         token_mask: torch.Tensor | None = None,
         tiny_attention_output: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        return self.mix(*self.split(hidden_states, token_mask), tiny_attention_output)
+
+    def split(self, hidden_states: torch.Tensor, token_mask: torch.Tensor | None = None):
+        """The content Z1 and the normalised gate norm(Z2) (both Z for the unsplit variants)."""
         if self.variant == "multiplicative_split":
             content, gate = hidden_states.chunk(2, dim=-1)
         else:
             content = gate = hidden_states
         gate = self.gate_norm(gate)
         if token_mask is not None:
-            # Zeroing padding before mixing makes real positions independent of how much padding follows.
+            # Zeroing padding before mixing makes real positions independent of how much padding there is.
             gate = gate * token_mask
-        gate = self.spatial_proj(gate)
+        return content, gate
+
+    def mix(
+        self,
+        content: torch.Tensor,
+        gate: torch.Tensor,
+        tiny_attention_output: torch.Tensor | None = None,
+        positions: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """s(Z): the spatial projection of the gate (which may also hold cached earlier tokens), plus the tiny
+        attention, gating the content of the current tokens."""
+        gate = self.spatial_proj(gate, positions)
         if tiny_attention_output is not None:
             gate = gate + tiny_attention_output
         if self.variant == "linear":
@@ -192,10 +245,17 @@ def drop_path(hidden_states: torch.Tensor, drop_prob: float, training: bool) -> 
 
 
 class GMLPLayer(GradientCheckpointingLayer):
-    """One gMLP block (Figure 1): x + V s(GELU(U norm(x))), with aMLP's tiny attention inside the gate."""
+    """One gMLP block (Figure 1): x + V s(GELU(U norm(x))), with aMLP's tiny attention inside the gate.
 
-    def __init__(self, config: GMLPConfig):
+    In cached decoding the block keeps, in its layer of the cache, the normalised and padding-masked gate of the
+    earlier tokens (the cache's keys) and the tiny attention's keys and values (its values; empty for gMLP): position
+    t's gate is sum_{j<=t} W[t, j] norm(Z2)_j + b_t, so a new token costs one token's channel projections and one row
+    of W.
+    """
+
+    def __init__(self, config: GMLPConfig, layer_idx: int = 0):
         super().__init__()
+        self.layer_idx = layer_idx
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.channel_proj_in = nn.Linear(config.hidden_size, config.intermediate_size)
         self.activation = ACT2FN[config.hidden_act]
@@ -209,14 +269,28 @@ class GMLPLayer(GradientCheckpointingLayer):
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
+        positions: tuple[torch.Tensor, torch.Tensor] | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> torch.Tensor:
+        """`attention_mask` covers the cached tokens and then these (batch, cached + length)."""
         normed = self.norm(hidden_states)
+        length = hidden_states.shape[1]
+        token_mask = None if attention_mask is None else attention_mask[:, -length:, None].to(normed.dtype)
+        content, gate = self.sgu.split(self.activation(self.channel_proj_in(normed)), token_mask)
+        query = key = value = None
+        if self.tiny_attention is not None:
+            query, key, value = self.tiny_attention.project(normed)
+        if past_key_values is not None:
+            key_value = torch.cat([key, value], dim=-1) if key is not None else gate.new_zeros(gate.shape[0], 1, length, 0)
+            gate, key_value = past_key_values.update(gate[:, None], key_value, self.layer_idx)
+            gate = gate[:, 0]
+            if key is not None:
+                key, value = key_value.chunk(2, dim=-1)
         tiny_attention_output = None
         if self.tiny_attention is not None:
-            tiny_attention_output, _ = self.tiny_attention(normed, attention_mask)
-        token_mask = None if attention_mask is None else attention_mask[..., None].to(normed.dtype)
-        gated = self.sgu(self.activation(self.channel_proj_in(normed)), token_mask, tiny_attention_output)
+            tiny_attention_output, _ = self.tiny_attention(query, key, value, attention_mask, positions)
+        gated = self.sgu.mix(content, gate, tiny_attention_output, positions)
         block_output = self.dropout(self.channel_proj_out(gated))
         return hidden_states + drop_path(block_output, self.drop_path_rate, self.training)
 
@@ -224,7 +298,7 @@ class GMLPLayer(GradientCheckpointingLayer):
 class GMLPEncoder(nn.Module):
     def __init__(self, config: GMLPConfig):
         super().__init__()
-        self.layer = nn.ModuleList([GMLPLayer(config) for _ in range(config.num_hidden_layers)])
+        self.layer = nn.ModuleList([GMLPLayer(config, layer_idx) for layer_idx in range(config.num_hidden_layers)])
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
         for layer_module in self.layer:
@@ -324,47 +398,94 @@ class GMLPModel(GMLPPreTrainedModel):
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
         **kwargs,
-    ) -> tuple[torch.Tensor] | BaseModelOutput:
+    ) -> tuple[torch.Tensor] | BaseModelOutputWithPast:
         r"""
-        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; sequence_length must
-            not exceed `config.max_position_embeddings` (the spatial size n).
+        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; sequence_length (plus
+            the cached tokens) must not exceed `config.max_position_embeddings` (the spatial size n).
         attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 for real tokens,
-            0 for padding. Padding is zeroed before every spatial projection and masked in the tiny attention, so
-            right-padded sequences give the same outputs at their real positions as unpadded ones.
+            0 for padding (with a cache: `(batch_size, cached + sequence_length)`). Padding is zeroed before every
+            spatial projection and masked in the tiny attention, so right-padded sequences give the same outputs at
+            their real positions as unpadded ones; in causal mode positions follow the real tokens, so left padding
+            is exact too.
         token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids.
+        position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): the position of each
+            token (which row of W and entry of b it uses); by default the count of real tokens before it in causal
+            mode, its index otherwise.
         inputs_embeds (`torch.Tensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*): token
             embeddings to use instead of `input_ids`.
+        past_key_values (`Cache`, *optional*): causal mode: the earlier tokens' gates (and tiny-attention keys and
+            values), as returned with `use_cache=True`; updated in place.
+        use_cache (`bool`, *optional*): causal mode: return the cache, to decode one token at a time.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds.")
         input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
-        self._check_input_shape(input_shape, attention_mask, token_type_ids)
+        if not self.config.is_decoder:
+            use_cache, past_key_values = False, None  # only causal blocks can be decoded token by token
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+        cached = past_key_values.get_seq_length() if past_key_values is not None else 0
+        self._check_input_shape(input_shape, attention_mask, token_type_ids, cached)
+        positions = self._positions(input_shape, attention_mask, position_ids, cached)
         hidden_states = self.embeddings(input_ids, token_type_ids, inputs_embeds)
-        hidden_states = self.encoder(hidden_states, attention_mask, **kwargs)
+        hidden_states = self.encoder(
+            hidden_states, attention_mask, positions=positions, past_key_values=past_key_values, **kwargs
+        )
         sequence_output = self.final_norm(hidden_states)
-        return BaseModelOutput(last_hidden_state=sequence_output)
+        return BaseModelOutputWithPast(
+            last_hidden_state=sequence_output, past_key_values=past_key_values if use_cache else None
+        )
 
-    def _check_input_shape(self, input_shape, attention_mask, token_type_ids):
+    def _positions(self, input_shape, attention_mask, position_ids, cached: int):
+        """(query positions, key positions) for the spatial projection and tiny attention, or None when token i is at
+        position i (the fast path). Causal models count real tokens, so that a left-padded row uses W and b as the
+        same tokens alone would; the keys are the cached tokens followed by the new ones."""
+        batch_size, length = input_shape
+        causal_positions = self.config.is_decoder and (attention_mask is not None or cached > 0)
+        if position_ids is None and not causal_positions:
+            return None
+        if attention_mask is not None and self.config.is_decoder:
+            key_positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        elif position_ids is not None and cached == 0:
+            key_positions = position_ids
+        else:
+            key_positions = torch.arange(cached + length, device=self.device).expand(batch_size, -1)
+        query_positions = position_ids if position_ids is not None else key_positions[:, -length:]
+        if not is_torchdynamo_compiling() and position_ids is not None:
+            if int(position_ids.min()) < 0 or int(position_ids.max()) >= self.config.max_position_embeddings:
+                raise ValueError(
+                    f"position_ids must be in [0, {self.config.max_position_embeddings - 1}] (the model's n = "
+                    f"max_position_embeddings), got values from {int(position_ids.min())} to {int(position_ids.max())}."
+                )
+        return query_positions, key_positions
+
+    def _check_input_shape(self, input_shape, attention_mask, token_type_ids, cached: int = 0):
         """Clear errors for inputs the spatial weights cannot take, before they fail deep inside torch."""
         if len(input_shape) != 2:
             raise ValueError(f"Expected inputs of shape (batch_size, sequence_length), got {tuple(input_shape)}.")
         length, max_length = input_shape[1], self.config.max_position_embeddings
-        if length > max_length:
+        if cached + length > max_length:
+            cache_note = f" ({cached} cached + {length} new)" if cached else ""
             raise ValueError(
-                f"Input sequence length {length} exceeds this model's maximum sequence length {max_length} "
-                f"(`max_position_embeddings`, the size n of the spatial weights). Truncate the inputs to {max_length} "
-                f"tokens (e.g. `tokenizer(..., truncation=True, max_length={max_length})`) or use a model configured "
-                f"with a larger `max_position_embeddings`."
+                f"Input sequence length {cached + length}{cache_note} exceeds this model's maximum sequence length "
+                f"{max_length} (`max_position_embeddings`, the size n of the spatial weights). Truncate the inputs to "
+                f"{max_length} tokens (e.g. `tokenizer(..., truncation=True, max_length={max_length})`) or use a model "
+                f"configured with a larger `max_position_embeddings`."
             )
         if length < 1:
             raise ValueError("Input sequences must contain at least one token.")
+        expected = {"attention_mask": (input_shape[0], cached + length), "token_type_ids": tuple(input_shape)}
         for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-            if tensor is not None and tuple(tensor.shape) != tuple(input_shape):
+            if tensor is not None and tuple(tensor.shape) != expected[name]:
+                covers = " (the cached tokens and the new ones)" if cached and name == "attention_mask" else ""
                 raise ValueError(
-                    f"`{name}` has shape {tuple(tensor.shape)} but the inputs have shape {tuple(input_shape)}; "
-                    "they must match."
+                    f"`{name}` has shape {tuple(tensor.shape)} but must have shape {expected[name]}{covers}: the "
+                    f"inputs have shape {tuple(input_shape)}."
                 )
 
 
@@ -455,7 +576,9 @@ class GMLPForMaskedLM(GMLPPreTrainedModel):
 class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
     """gMLP with causal spatial weights (and causal tiny attention) for left-to-right language modelling.
 
-    gMLP keeps no key/value cache: each generation step runs the whole prefix, which must fit in n tokens.
+    `generate()` decodes with a cache (Transformers' `DynamicCache`; see `GMLPLayer` for what it keeps), so each new
+    token costs one token's work; positions follow the real tokens, so a left-padded batch generates what each prompt
+    generates alone. A prompt and its new tokens must fit in n (`max_position_embeddings`) tokens.
     """
 
     accepts_loss_kwargs = True
@@ -479,23 +602,17 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, new_embeddings):
         self.lm_head.decoder = new_embeddings
 
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False
-
-    def prepare_inputs_for_generation(
-        self, input_ids, next_sequence_length=None, past_key_values=None, inputs_embeds=None, **kwargs
-    ):
-        # No cache, so every step must see the whole prefix rather than only the newest token. For the same reason a
-        # prompt given as `inputs_embeds` is fed at every step, followed by the embeddings of the tokens generated
-        # so far (which are all `input_ids` holds then).
-        kwargs.pop("use_cache", None)
-        model_inputs = super().prepare_inputs_for_generation(input_ids, next_sequence_length=None, **kwargs)
-        if inputs_embeds is not None:
-            generated_embeds = self.get_input_embeddings()(model_inputs.pop("input_ids"))
-            model_inputs["input_ids"] = None
-            model_inputs["inputs_embeds"] = torch.cat([inputs_embeds, generated_embeds], dim=1)
-        return model_inputs
+    def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
+        """Refuse, before the first step, a generation longer than the spatial weights (rather than fail mid-way)."""
+        super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
+        n = self.config.max_position_embeddings
+        if generation_config.max_length > n:
+            raise ValueError(
+                f"The prompt has {input_ids_length} tokens and {generation_config.max_length - input_ids_length} new "
+                f"ones are asked for: {generation_config.max_length} in all, more than this model's n = "
+                f"max_position_embeddings = {n}. Ask for at most {max(0, n - input_ids_length)} new tokens "
+                "(`max_new_tokens`) or shorten the prompt."
+            )
 
     @can_return_tuple
     def forward(
@@ -503,36 +620,44 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
         labels: torch.Tensor | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
-    ) -> tuple[torch.Tensor] | CausalLMOutput:
+    ) -> tuple[torch.Tensor] | CausalLMOutputWithPast:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): the input ids (shifted
             inside the loss), -100 where no loss is wanted.
         logits_to_keep (`int` or `torch.Tensor`, *optional*): compute logits only for the last `logits_to_keep`
             positions (0 keeps all), or for the given position indices.
         """
-        for unused in ("past_key_values", "use_cache", "cache_position", "position_ids"):
-            kwargs.pop(unused, None)
         outputs = self.gmlp(
             input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
+            position_ids=position_ids,
             inputs_embeds=inputs_embeds,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
             return_dict=True,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
-        positions = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        logits = self.lm_head(hidden_states[:, positions])
+        kept = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(hidden_states[:, kept])
         loss = None
         if labels is not None:
             check_labels(labels, self.config.vocab_size)
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        return CausalLMOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 

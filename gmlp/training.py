@@ -20,6 +20,7 @@ from safetensors import safe_open
 from transformers.trainer_utils import get_last_checkpoint
 
 from .configuration_gmlp import PRESETS, GMLPConfig
+from .model_card import model_card
 
 logger = logging.getLogger(__name__)
 
@@ -91,8 +92,15 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None):
     parser = HfArgumentParser((*dataclass_types, RunArguments))
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) == 1 and argv[0].endswith(".json"):
-        *parsed, run_args = parser.parse_json_file(json_file=os.path.abspath(argv[0]))
+        arguments = json.loads(Path(argv[0]).read_text())
+        if bf16_needs_the_cpu(arguments.get("bf16") or arguments.get("bf16_full_eval"), arguments.get("use_cpu")):
+            arguments["use_cpu"] = True
+        *parsed, run_args = parser.parse_dict(arguments)
     else:
+        asks_bf16 = any(arg in ("--bf16", "--bf16_full_eval") and value.lower() not in ("false", "0")
+                        for arg, value in zip(argv, [*argv[1:], "true"]))
+        if bf16_needs_the_cpu(asks_bf16, "--use_cpu" in argv):
+            argv = [*argv, "--use_cpu"]
         *parsed, run_args = parser.parse_args_into_dataclasses(args=argv)
     training_args = next(args for args in parsed if isinstance(args, TrainingArguments))
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
@@ -100,6 +108,15 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None):
     if training_args.process_index == 0:
         prepare_output_dir(training_args, run_args.overwrite_output_dir)
     return tuple(parsed)
+
+
+def bf16_needs_the_cpu(asks_bf16, uses_cpu) -> bool:
+    """Whether `--bf16` must run on the CPU: without an accelerator, Transformers refuses `--bf16` unless `--use_cpu`
+    is given too ("Your setup doesn't support bf16/gpu"); the scripts add it, and say so."""
+    if not asks_bf16 or uses_cpu or transformers.utils.is_torch_bf16_gpu_available():
+        return False
+    logger.warning("--bf16 without an accelerator: running bf16 autocast on the CPU (--use_cpu added).")
+    return True
 
 
 def prepare_output_dir(training_args: TrainingArguments, overwrite: bool) -> None:
@@ -301,6 +318,14 @@ def check_text_file(path: str, what: str) -> None:
         raise ValueError(f"{what} {path} is empty (or holds only blank lines).")
 
 
+def load_dataset_or_saved(name: str, config_name: str | None = None, **kwargs) -> datasets.DatasetDict:
+    """`datasets.load_dataset(name, config_name)`, or, when `name` is a folder written by `save_to_disk`, that
+    folder (whose splits are used as they are; `config_name` then only names the task)."""
+    if os.path.isfile(os.path.join(name, "dataset_dict.json")):
+        return datasets.load_from_disk(name)
+    return datasets.load_dataset(name, config_name, **kwargs)
+
+
 def require_columns(dataset: datasets.Dataset, columns, source: str) -> None:
     """Raise ValueError naming the columns of `columns` that `dataset` (read from `source`) lacks."""
     missing = [column for column in columns if column not in dataset.column_names]
@@ -405,14 +430,45 @@ def record_metrics(trainer, split: str, metrics: dict) -> None:
     trainer.save_metrics(split, metrics)
 
 
-def publish(trainer, training_args: TrainingArguments, model_args: ModelArguments, **card_kwargs) -> None:
-    """Push to the Hub with `--push_to_hub`, else write a model card into the output directory."""
-    card_kwargs = {"finetuned_from": model_args.model_name_or_path, **card_kwargs}
-    card_kwargs = {key: value for key, value in card_kwargs.items() if value is not None}
+def publish(trainer, training_args: TrainingArguments, model_args: ModelArguments, task: str,
+            dataset: str | None = None) -> None:
+    """Write the model card (`gmlp.model_card`: what the model is, how to load it, its data and results) into the
+    output directory, and push to the Hub with `--push_to_hub`."""
+
+    def write_card(**_trainer_card_arguments):
+        if not trainer.is_world_process_zero():
+            return
+        output_dir = Path(training_args.output_dir)
+        results = output_dir / "all_results.json"
+        hyperparameters = {
+            "learning_rate": training_args.learning_rate,
+            "train_batch_size": training_args.per_device_train_batch_size * max(1, training_args.world_size),
+            "gradient_accumulation_steps": training_args.gradient_accumulation_steps,
+            "steps" if training_args.max_steps > 0 else "epochs": (
+                training_args.max_steps if training_args.max_steps > 0 else training_args.num_train_epochs
+            ),
+            "warmup_steps": training_args.warmup_steps,
+            "weight_decay": training_args.weight_decay,
+            "seed": training_args.seed,
+        }
+        card = model_card(
+            trainer.model.config,
+            repo_id=training_args.hub_model_id or output_dir.resolve().name,
+            task=task,
+            parameters=sum(p.numel() for p in {id(p): p for p in trainer.model.parameters()}.values()),
+            base_model=model_args.model_name_or_path,
+            dataset=dataset,
+            metrics=json.loads(results.read_text()) if results.is_file() else None,
+            hyperparameters=hyperparameters if training_args.do_train else None,
+        )
+        (output_dir / "README.md").write_text(card, encoding="utf-8")
+
+    # The Trainer's push_to_hub writes the card through this method: ours replaces its generic one.
+    trainer.create_model_card = write_card
     if training_args.push_to_hub:
-        trainer.push_to_hub(**card_kwargs)
-    elif trainer.is_world_process_zero():
-        trainer.create_model_card(**card_kwargs)
+        trainer.push_to_hub()
+    else:
+        write_card()
 
 
 __all__ = [
@@ -423,6 +479,7 @@ __all__ = [
     "load_config",
     "check_text_file",
     "load_data_files",
+    "load_dataset_or_saved",
     "load_model",
     "load_tokenizer",
     "parse_arguments",

@@ -1,4 +1,4 @@
-"""`GenerationTesterMixin`: the `generate` checks a cache-free decoder such as gMLP must pass.
+"""`GenerationTesterMixin`: the `generate` checks gMLP's causal LM must pass (see also tests/test_generation.py).
 
 Written for this project, not vendored: Transformers' own mixin lives in `tests/generation/test_utils.py`, which
 the v5.23.0 source distribution does not ship. `ModelTesterMixin.test_generation_tester_mixin_inheritance` requires
@@ -78,17 +78,19 @@ class GenerationTesterMixin:
             # The chosen tokens are the argmax of the (processed) scores.
             chosen = torch.stack([s.argmax(-1) for s in output.scores], dim=1)
             self.assertTrue(torch.equal(chosen, output.sequences[:, prompt_length:]))
-            # No cache: every step runs the whole prefix, so step t's states cover prompt_length + t positions.
+            # With the cache, the first step runs the prompt and each later step one new token, whose attention
+            # covers the prompt and the tokens generated so far.
             for step, step_states in enumerate(output.hidden_states):
                 self.assertEqual(len(step_states), model.config.num_hidden_layers + 1)
+                queries = prompt_length if step == 0 else 1
                 for states in step_states:
-                    self.assertEqual(states.shape, (batch_size, prompt_length + step, model.config.hidden_size))
+                    self.assertEqual(states.shape, (batch_size, queries, model.config.hidden_size))
             if self.has_attentions:
                 for step, step_attentions in enumerate(output.attentions):
                     self.assertEqual(len(step_attentions), model.config.num_hidden_layers)
-                    length = prompt_length + step
+                    queries = prompt_length if step == 0 else 1
                     for attentions in step_attentions:
-                        self.assertEqual(attentions.shape, (batch_size, 1, length, length))
+                        self.assertEqual(attentions.shape, (batch_size, 1, queries, prompt_length + step))
 
     def test_sample_generate_is_seeded(self):
         for model, inputs in self._generative_models():
@@ -138,19 +140,23 @@ class GenerationTesterMixin:
             self.assertTrue(torch.equal(from_embeds, from_ids[:, inputs["input_ids"].shape[1] :]))
 
     def test_generate_with_compiled_forward(self):
-        """`forward` compiles to one graph (no graph breaks) that serves every step of `generate`.
+        """`forward` compiles without graph breaks (`fullgraph=True`) and gives eager's tokens, with and without the
+        cache.
 
-        Each step is one token longer (no cache), so the sequence axis must stay symbolic: a recompilation per
-        generated token is an error here. The `eager` backend runs TorchDynamo's capture, which is where graph breaks
-        and shape specialisations arise, without the minutes of Inductor code generation on CPU.
+        Without the cache each step is one token longer, so the sequence axis must stay symbolic: a recompilation per
+        generated token is an error there. With the (dynamic) cache the prefill and the one-token steps are two
+        graphs. The `eager` backend runs TorchDynamo's capture, which is where graph breaks and shape
+        specialisations arise, without the minutes of Inductor code generation on CPU.
         """
         for model, inputs in self._generative_models():
-            torch._dynamo.reset()
-            eager = model.generate(**inputs, do_sample=False, max_new_tokens=self.max_new_tokens)
-            compiled_model = copy.deepcopy(model)
-            compiled_model.forward = torch.compile(
-                compiled_model.forward, fullgraph=True, dynamic=True, backend="eager"
-            )
-            with torch._dynamo.config.patch(error_on_recompile=True):
-                compiled = compiled_model.generate(**inputs, do_sample=False, max_new_tokens=self.max_new_tokens)
-            self.assertTrue(torch.equal(eager, compiled))
+            for use_cache in (False, True):
+                torch._dynamo.reset()
+                kwargs = {"do_sample": False, "max_new_tokens": self.max_new_tokens, "use_cache": use_cache}
+                eager = model.generate(**inputs, **kwargs)
+                compiled_model = copy.deepcopy(model)
+                compiled_model.forward = torch.compile(
+                    compiled_model.forward, fullgraph=True, dynamic=True, backend="eager"
+                )
+                with torch._dynamo.config.patch(error_on_recompile=not use_cache):
+                    compiled = compiled_model.generate(**inputs, **kwargs)
+                self.assertTrue(torch.equal(eager, compiled))

@@ -1,0 +1,83 @@
+"""The scripts in the Hugging Face ecosystem: the model card they write, and `--bf16` on a machine without an
+accelerator."""
+
+import json
+import logging
+
+import pytest
+
+import run_glue
+import run_mlm
+from gmlp.tokenization_gmlp import train_tokenizer
+
+WORDS = "the cat sat on a red mat while an old dog slept by the warm fire and the king sang to his sister".split()
+TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=16"
+COMMON = ["--report_to", "none", "--save_strategy", "no", "--per_device_train_batch_size", "2", "--max_steps", "2",
+          "--max_seq_length", "16"]
+
+
+def corpus(path, lines=30):
+    path.write_text("\n".join(" ".join(WORDS[i % 20 :] + WORDS[: i % 20]) for i in range(lines)) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A tiny MLM checkpoint, pretrained from scratch by run_mlm.py."""
+    root = tmp_path_factory.mktemp("mlm")
+    tokenizer = root / "tokenizer"
+    train_tokenizer(iter(WORDS * 3), vocab_size=100, min_frequency=1).save_pretrained(tokenizer)
+    run_mlm.main(["--config_name", "amlp-tiny", "--config_overrides", f"{TINY},vocab_size=100",
+                  "--tokenizer_name", str(tokenizer), "--train_file", str(corpus(root / "text.txt")),
+                  "--output_dir", str(root / "model"), "--do_train", "--do_eval", *COMMON])
+    return root / "model"
+
+
+def test_pretraining_card_says_what_the_model_is_and_how_to_load_it(pretrained):
+    card = (pretrained / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: transformers\ntags:\n- gmlp\n- fill-mask\npipeline_tag: fill-mask\n")
+    assert "base_model" not in card and "huggingface.co//" not in card
+    assert "aMLP: 2 blocks, d_model 32, d_ffn 64, n 16 tokens, toeplitz spatial weights, tiny attention 32" in card
+    assert "trained from scratch, on text.txt." in card and "Pay Attention to MLPs" in card
+    assert 'AutoModelForMaskedLM.from_pretrained("model", trust_remote_code=True)' in card
+    results = json.loads((pretrained / "all_results.json").read_text())
+    assert f"| perplexity | {results['perplexity']:.4g} |" in card
+    assert "| learning_rate | 5e-05 |" in card and "| steps | 2 |" in card
+
+
+def test_fine_tuning_card_names_its_local_base_without_a_broken_link(pretrained, tmp_path):
+    train = tmp_path / "train.csv"
+    train.write_text("sentence,label\n" + "\n".join(f"{' '.join(WORDS[i:i + 6])},{i % 2}" for i in range(12)) + "\n")
+    run_glue.main(["--model_name_or_path", str(pretrained), "--train_file", str(train), "--validation_file", str(train),
+                   "--output_dir", str(tmp_path / "classifier"), "--do_train", "--do_eval", *COMMON])
+    card = (tmp_path / "classifier" / "README.md").read_text()
+    assert "fine-tuned from a local checkpoint (model), on train.csv." in card
+    assert "base_model" not in card and "https://huggingface.co/" + str(pretrained) not in card
+    assert 'AutoModelForSequenceClassification.from_pretrained("classifier", trust_remote_code=True)' in card
+    assert "| eval_accuracy |" in card
+
+
+def test_bf16_runs_on_the_cpu_without_use_cpu(pretrained, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="gmlp"):
+        metrics = run_mlm.main(["--model_name_or_path", str(pretrained), "--train_file", str(corpus(tmp_path / "t.txt")),
+                                "--output_dir", str(tmp_path / "bf16"), "--do_train", "--do_eval", "--bf16", *COMMON])
+    assert any("--use_cpu added" in record.getMessage() for record in caplog.records)
+    assert metrics["eval_loss"] > 0
+    state = json.loads((tmp_path / "bf16" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+
+
+def test_run_glue_reads_a_dataset_saved_with_save_to_disk(pretrained, tmp_path):
+    import datasets
+
+    features = datasets.Features({"sentence": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["negative", "positive"]),
+                                  "idx": datasets.Value("int32")})
+    rows = {"sentence": [" ".join(WORDS[i:i + 6]) for i in range(12)], "label": [i % 2 for i in range(12)],
+            "idx": list(range(12))}
+    split = datasets.Dataset.from_dict(rows, features=features)
+    datasets.DatasetDict(train=split, validation=split).save_to_disk(tmp_path / "sst2")
+    metrics = run_glue.main(["--model_name_or_path", str(pretrained), "--task_name", "sst2",
+                             "--dataset_name", str(tmp_path / "sst2"), "--output_dir", str(tmp_path / "out"),
+                             "--do_train", "--do_eval", *COMMON])
+    assert metrics["eval_samples"] == 12 and 0 <= metrics["eval_accuracy"] <= 1

@@ -1,0 +1,156 @@
+"""Causal gMLP / aMLP generation: the decoding cache, left-padded batches, and what Transformers'
+`GenerationTesterMixin` checks for a causal LM with a cache (that mixin's file, tests/generation/test_utils.py, is not
+in the release's source distribution, so these tests cover its behaviours here).
+
+The spatial weights are set far from their initial values (W near 0, b = 1), where a position or padding error would
+be invisible: every test would pass at initialisation even with left padding handled wrongly.
+"""
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from gmlp import GMLPConfig, GMLPForCausalLM
+
+VARIANTS = {
+    "gmlp toeplitz": {},
+    "gmlp dense": {"spatial_weight_type": "dense"},
+    "amlp toeplitz": {"tiny_attention_size": 8},
+    "amlp dense": {"spatial_weight_type": "dense", "tiny_attention_size": 8},
+}
+PROMPT = torch.tensor([[5, 6, 7, 8, 9]])
+SHORT = torch.tensor([[11, 12, 13]])
+BATCH = torch.tensor([[5, 6, 7, 8, 9], [0, 0, 11, 12, 13]])  # the short prompt left-padded with the pad id 0
+MASK = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+
+
+def trained_looking(**overrides) -> GMLPForCausalLM:
+    torch.manual_seed(0)
+    config = GMLPConfig(
+        **{"vocab_size": 40, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+           "max_position_embeddings": 24, "is_decoder": True, "hidden_dropout_prob": 0.0,
+           "attention_probs_dropout_prob": 0.0, "pad_token_id": 0, **overrides}
+    )
+    model = GMLPForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in model.gmlp.encoder.layer:
+            layer.sgu.spatial_proj.weight.normal_(0.0, 0.5)
+            layer.sgu.spatial_proj.bias.normal_(1.0, 0.5)
+    return model
+
+
+@pytest.fixture(params=sorted(VARIANTS))
+def model(request):
+    return trained_looking(**VARIANTS[request.param])
+
+
+def greedy(model, input_ids, **kwargs):
+    return model.generate(input_ids, max_new_tokens=6, do_sample=False, **kwargs)
+
+
+def test_left_padded_rows_match_each_prompt_alone(model):
+    with torch.no_grad():
+        batch = model(BATCH, attention_mask=MASK).logits
+        torch.testing.assert_close(batch[0], model(PROMPT).logits[0])
+        torch.testing.assert_close(batch[1, 2:], model(SHORT).logits[0])
+    generated = greedy(model, BATCH, attention_mask=MASK)
+    assert generated[0].tolist() == greedy(model, PROMPT)[0].tolist()
+    assert generated[1, 2:].tolist() == greedy(model, SHORT)[0].tolist()
+
+
+def test_right_padding_is_exact_and_positions_default_to_real_tokens(model):
+    right = torch.tensor([[11, 12, 13, 0, 0]])
+    with torch.no_grad():
+        padded = model(right, attention_mask=torch.tensor([[1, 1, 1, 0, 0]])).logits
+        explicit = model(BATCH, attention_mask=MASK, position_ids=torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]])).logits
+        default = model(BATCH, attention_mask=MASK).logits
+    torch.testing.assert_close(padded[0, :3], model(SHORT).logits[0])
+    torch.testing.assert_close(explicit, default)
+
+
+@pytest.mark.parametrize("strategy", [
+    {"do_sample": False},
+    {"do_sample": True, "top_k": 5},
+    {"num_beams": 3, "do_sample": False},
+    {"num_beams": 3, "do_sample": True},
+])
+def test_cached_generation_equals_full_recompute(model, strategy):
+    def run(use_cache):
+        torch.manual_seed(1)
+        return model.generate(BATCH, attention_mask=MASK, max_new_tokens=6, use_cache=use_cache, **strategy)
+
+    cached, recomputed = run(True), run(False)
+    assert cached.shape == (2, 11)
+    assert torch.equal(cached, recomputed)
+
+
+def test_one_step_with_the_cache_equals_the_full_forward(model):
+    """The cache holds what the forward of the whole sequence computes: the last logits agree, and the cache's
+    length and per-layer contents have the documented shapes."""
+    with torch.no_grad():
+        prefix = model(BATCH, attention_mask=MASK, use_cache=True)
+        cache = prefix.past_key_values
+        assert isinstance(cache, DynamicCache) and cache.get_seq_length() == 5
+        gate, tiny_key_value = cache.layers[0].keys, cache.layers[0].values
+        assert gate.shape == (2, 1, 5, model.config.gate_size)
+        assert tiny_key_value.shape == (2, 1, 5, 2 * model.config.tiny_attention_size)
+        assert gate[1, 0, :2].abs().max() == 0  # padding's gate is zero
+        step = model(torch.tensor([[21], [22]]), attention_mask=torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1),
+                     past_key_values=cache, use_cache=True)
+        full = model(torch.cat([BATCH, torch.tensor([[21], [22]])], 1),
+                     attention_mask=torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1))
+    torch.testing.assert_close(step.logits[:, -1], full.logits[:, -1])
+    assert step.past_key_values.get_seq_length() == 6
+
+
+def test_generation_continues_from_returned_past_key_values(model):
+    first = model.generate(PROMPT, max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
+    continued = model.generate(first.sequences, past_key_values=first.past_key_values, max_new_tokens=3,
+                               do_sample=False)
+    assert continued.tolist() == model.generate(PROMPT, max_new_tokens=6, do_sample=False).tolist()
+
+
+def test_dict_outputs_with_hidden_states_per_step(model):
+    out = model.generate(BATCH, attention_mask=MASK, max_new_tokens=4, do_sample=False, return_dict_in_generate=True,
+                         output_hidden_states=True, output_scores=True, output_logits=True)
+    assert len(out.scores) == len(out.logits) == len(out.hidden_states) == 4
+    layers = model.config.num_hidden_layers + 1
+    assert all(len(step) == layers for step in out.hidden_states)
+    assert out.hidden_states[0][0].shape == (2, 5, 16)  # the prompt, then one token per step
+    assert all(step[0].shape == (2, 1, 16) for step in out.hidden_states[1:])
+    assert out.sequences[:, 5:].tolist() == out.logits[0].new_tensor(
+        [[int(step[row].argmax()) for step in out.logits] for row in range(2)]).long().tolist()
+
+
+def test_assisted_decoding_crops_the_cache(model):
+    assistant = trained_looking(**{**VARIANTS["gmlp toeplitz"], "num_hidden_layers": 1})
+    expected = greedy(model, PROMPT)
+    assert greedy(model, PROMPT, assistant_model=assistant).tolist() == expected.tolist()
+    assert greedy(model, PROMPT, prompt_lookup_num_tokens=2).tolist() == expected.tolist()
+
+
+def test_generation_from_inputs_embeds_with_an_attention_mask(model):
+    embeds = model.get_input_embeddings()(BATCH)
+    from_embeds = model.generate(inputs_embeds=embeds, attention_mask=MASK, max_new_tokens=5, do_sample=False)
+    from_ids = model.generate(BATCH, attention_mask=MASK, max_new_tokens=5, do_sample=False)
+    assert from_embeds.tolist() == from_ids[:, 5:].tolist()  # generate returns only the new tokens from embeds
+
+
+def test_fft_path_without_cache_agrees_with_cached_decoding():
+    model = trained_looking(spatial_fft_min_length=1)
+    assert greedy(model, PROMPT, use_cache=False).tolist() == greedy(model, PROMPT).tolist()
+
+
+def test_too_long_a_generation_is_refused_before_it_starts():
+    model = trained_looking()
+    with pytest.raises(ValueError, match="The prompt has 5 tokens and 20 new ones are asked for: 25 in all, more than "
+                                         "this model's n = max_position_embeddings = 24. Ask for at most 19"):
+        model.generate(PROMPT, max_new_tokens=20, do_sample=False)
+
+
+def test_a_cached_step_beyond_n_is_refused():
+    model = trained_looking()
+    with torch.no_grad():
+        cache = model(torch.ones(1, 24, dtype=torch.long), use_cache=True).past_key_values
+        with pytest.raises(ValueError, match=r"length 25 \(24 cached \+ 1 new\) exceeds .* 24"):
+            model(torch.ones(1, 1, dtype=torch.long), past_key_values=cache)
