@@ -87,7 +87,15 @@ class DataTrainingArguments:
     whole_word_mask: bool = field(default=False, metadata={"help": "Mask whole words rather than single tokens."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only this many training sequences."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only this many evaluation sequences."})
+    max_eval_samples: int | None = field(
+        default=None,
+        metadata={"help": "Keep only this many evaluation sequences (with --streaming: the first 1,000 by default)."},
+    )
+    streaming: bool = field(
+        default=False,
+        metadata={"help": "Read the data as a stream instead of loading it (a corpus larger than memory). Needs "
+                  "--max_steps, --tokenizer_name (or a checkpoint with one) and a validation split for --do_eval."},
+    )
     sparse_prediction: bool = field(
         default=True,
         metadata={"help": "gMLP: in training, compute the vocabulary projection only at masked positions (same loss, "
@@ -113,16 +121,33 @@ def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArgumen
     """The train/validation text, from the Hub or local files; a validation split is held out if there is none."""
     if data_args.dataset_name is not None:
         raw = datasets.load_dataset(
-            data_args.dataset_name, data_args.dataset_config_name, cache_dir=model_args.cache_dir, token=model_args.token
+            data_args.dataset_name, data_args.dataset_config_name, cache_dir=model_args.cache_dir,
+            token=model_args.token, streaming=data_args.streaming,
         )
     else:
         raw = load_data_files(
-            {"train": data_args.train_file, "validation": data_args.validation_file}, cache_dir=model_args.cache_dir
+            {"train": data_args.train_file, "validation": data_args.validation_file}, cache_dir=model_args.cache_dir,
+            streaming=data_args.streaming,
         )
+    if data_args.streaming:
+        return raw
     if "validation" not in raw and "train" in raw:
         split = raw["train"].train_test_split(test_size=data_args.validation_split_percentage / 100, shuffle=False)
         raw = datasets.DatasetDict(train=split["train"], validation=split["test"])
     return raw
+
+
+def check_streaming(data_args: DataTrainingArguments, model_args: ModelArguments, training_args) -> None:
+    """What `--streaming` needs, checked before any data is read."""
+    if training_args.do_train and training_args.max_steps <= 0:
+        raise ValueError("--streaming needs --max_steps: a stream has no length to count epochs by.")
+    if model_args.tokenizer_name is None and model_args.model_name_or_path is None:
+        raise ValueError("--streaming needs --tokenizer_name (or a --model_name_or_path with a tokenizer): a tokenizer "
+                         "is not trained on a stream.")
+    if training_args.do_eval and data_args.dataset_name is None and data_args.validation_file is None:
+        raise ValueError("--streaming with --do_eval needs --validation_file: no split is held out of a stream.")
+    if data_args.whole_word_mask:
+        raise ValueError("--streaming does not support --whole_word_mask.")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -133,6 +158,8 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_arguments((ModelArguments, DataTrainingArguments, TrainingArguments), argv)
     if model_args.model_name_or_path is None and model_args.config_name is None:
         model_args.config_name = "gmlp-tiny"
+    if data_args.streaming:
+        check_streaming(data_args, model_args, training_args)
     setup_logging(training_args)
     set_seed(training_args.seed)
 
@@ -168,6 +195,10 @@ def main(argv: list[str] | None = None) -> dict:
         # The collator needs the offset mapping to find words; the Trainer would drop it as an unused column.
         training_args.remove_unused_columns = False
     train_dataset = select_samples(tokenized["train"], data_args.max_train_samples) if training_args.do_train else None
+    if training_args.do_eval and data_args.streaming:
+        # Evaluation goes over the same sequences every time: the first ones of the stream, held in memory.
+        sequences = select_samples(tokenized["validation"], data_args.max_eval_samples or 1000)
+        tokenized["validation"] = datasets.Dataset.from_list(list(sequences))
     collator = MaskedLMCollator(
         tokenizer, mlm_probability=data_args.mlm_probability, whole_word_mask=data_args.whole_word_mask,
         sparse_prediction=data_args.sparse_prediction and model.config.model_type == "gmlp",
@@ -191,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     metrics = {}
     if training_args.do_train:
-        train_and_save(trainer, training_args, len(train_dataset))
+        train_and_save(trainer, training_args, None if data_args.streaming else len(train_dataset))
     if training_args.do_eval:
         metrics = trainer.evaluate()
         metrics["eval_samples"] = len(eval_dataset)

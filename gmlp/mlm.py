@@ -25,6 +25,8 @@ DEFAULT_TRAIN_FILE = str(Path(__file__).parent / "data" / "eb1911_shakespeare.tx
 def text_column_of(dataset: datasets.Dataset, source: str = "The data") -> str:
     """The column holding the text: "text" if there is one, else the first column (as in Transformers' run_mlm);
     a ValueError naming `source` if that column does not hold text."""
+    if dataset.features is None:  # a stream whose columns are not declared yet (a text file's is "text")
+        return "text"
     column = "text" if "text" in dataset.column_names else dataset.column_names[0]
     dtype = getattr(dataset.features[column], "dtype", None)
     if dtype not in ("string", "large_string"):
@@ -73,6 +75,9 @@ def tokenize_for_mlm(
     sources = {name: f"The {name} data" for name in raw_datasets} | (sources or {})
     split_name, split = next(iter(raw_datasets.items()))
     text_column = text_column_of(split, sources[split_name])
+    streaming = isinstance(split, datasets.IterableDataset)
+    # A stream's map takes neither worker processes nor a progress description.
+    map_kwargs = {} if streaming else {"num_proc": num_proc}
     # The special-tokens mask lets the collator skip [CLS]/[SEP] without recomputing it.
     extra_outputs = {"return_special_tokens_mask": True, "return_offsets_mapping": whole_word_mask}
 
@@ -83,6 +88,12 @@ def tokenize_for_mlm(
         tokenized = tokenizer(lines, truncation=True, max_length=max_seq_length, padding=padding, **extra_outputs)
         full_lengths = tokenizer(lines, return_length=True)["length"]
         tokenized["truncated_tokens"] = [max(0, length - max_seq_length) for length in full_lengths]
+        if streaming and any(tokenized["truncated_tokens"]):
+            # A stream cannot be counted ahead; say it when it happens, once per batch of lines.
+            logger.warning(
+                f"--line_by_line: {sum(tokenized['truncated_tokens']):,} tokens truncated away in a batch of "
+                f"{len(lines)} lines (--max_seq_length {max_seq_length}); without --line_by_line none are lost."
+            )
         return tokenized
 
     def tokenize_all(examples):
@@ -100,12 +111,13 @@ def tokenize_for_mlm(
         tokenized = raw_datasets.map(
             tokenize_lines if line_by_line else tokenize_all,
             batched=True,
-            num_proc=num_proc,
-            remove_columns=split.column_names,
-            desc="Tokenizing",
+            remove_columns=split.column_names or [text_column],
+            **map_kwargs,
         )
         if not line_by_line:
-            tokenized = tokenized.map(group_texts, batched=True, num_proc=num_proc, desc=f"Grouping into blocks of {max_seq_length}")
+            tokenized = tokenized.map(group_texts, batched=True, **map_kwargs)
+    if streaming:
+        return tokenized.remove_columns("truncated_tokens") if line_by_line else tokenized
     for name, dataset in tokenized.items():
         if len(dataset) == 0 and line_by_line:
             raise ValueError(f"{sources[name]} has no non-blank line: nothing to train or evaluate on.")

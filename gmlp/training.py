@@ -256,8 +256,11 @@ def check_max_seq_length(max_seq_length: int | None, config: PreTrainedConfig, t
     return max_seq_length
 
 
-def load_data_files(data_files: dict[str, str | None], cache_dir: str | None = None) -> datasets.DatasetDict:
-    """A `DatasetDict` from local files, one per split (`{"train": path, ...}`; None entries are skipped).
+def load_data_files(
+    data_files: dict[str, str | None], cache_dir: str | None = None, streaming: bool = False
+) -> datasets.DatasetDict | datasets.IterableDatasetDict:
+    """A `DatasetDict` from local files, one per split (`{"train": path, ...}`; None entries are skipped), or with
+    `streaming` an `IterableDatasetDict` that reads them as it goes.
 
     The format follows the extension: .txt (one example per line, column "text"), .csv, .tsv, .json / .jsonl
     (JSON lines, or one JSON document), .parquet. All files must share one format.
@@ -282,11 +285,13 @@ def load_data_files(data_files: dict[str, str | None], cache_dir: str | None = N
         raise ValueError(f"All data files must have the same format, got {sorted(builders)}: {data_files}.")
     builder, builder_kwargs = DATA_FILE_BUILDERS[builders.pop()]
     try:
-        loaded = datasets.load_dataset(builder, data_files=data_files, cache_dir=cache_dir, **builder_kwargs)
+        loaded = datasets.load_dataset(
+            builder, data_files=data_files, cache_dir=cache_dir, streaming=streaming, **builder_kwargs
+        )
     except Exception as error:  # datasets raises many types (ArrowInvalid, DatasetGenerationError, ...) for bad files
         raise ValueError(f"Could not read {', '.join(data_files.values())} as {builder}: {error}") from error
     for split, dataset in loaded.items():
-        if len(dataset) == 0:
+        if not streaming and len(dataset) == 0:
             raise ValueError(f"The {split} file {data_files[split]} has no examples (only a header, or blank lines).")
     return loaded
 
@@ -337,9 +342,12 @@ def require_columns(dataset: datasets.Dataset, columns, source: str) -> None:
 
 
 def select_samples(dataset: datasets.Dataset, max_samples: int | None) -> datasets.Dataset:
-    """The first `max_samples` examples of `dataset` (all of them when None)."""
+    """The first `max_samples` examples of `dataset` (all of them when None); for a streamed dataset, a stream of
+    them."""
     if max_samples is None:
         return dataset
+    if isinstance(dataset, datasets.IterableDataset):
+        return dataset.take(max_samples)
     return dataset.select(range(min(max_samples, len(dataset))))
 
 
@@ -413,12 +421,13 @@ def resolve_checkpoint(training_args: TrainingArguments) -> str | None:
     raise ValueError(f"No complete checkpoint to resume from in {path} ({reasons}).")
 
 
-def train_and_save(trainer, training_args: TrainingArguments, num_train_samples: int) -> None:
+def train_and_save(trainer, training_args: TrainingArguments, num_train_samples: int | None) -> None:
     """Train (resuming if asked), save the model and tokenizer, and log/save the train metrics and state."""
     train_result = trainer.train(resume_from_checkpoint=resolve_checkpoint(training_args))
     trainer.save_model()
     metrics = train_result.metrics
-    metrics["train_samples"] = num_train_samples
+    if num_train_samples is not None:  # unknown for a streamed dataset
+        metrics["train_samples"] = num_train_samples
     trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)
     trainer.save_state()

@@ -81,3 +81,17 @@ def test_run_glue_reads_a_dataset_saved_with_save_to_disk(pretrained, tmp_path):
                              "--dataset_name", str(tmp_path / "sst2"), "--output_dir", str(tmp_path / "out"),
                              "--do_train", "--do_eval", *COMMON])
     assert metrics["eval_samples"] == 12 and 0 <= metrics["eval_accuracy"] <= 1
+
+
+def test_run_mlm_streams_a_corpus(pretrained, tmp_path):
+    text = corpus(tmp_path / "stream.txt", lines=200)
+    args = ["--model_name_or_path", str(pretrained), "--train_file", str(text), "--validation_file", str(text),
+            "--output_dir", str(tmp_path / "streamed"), "--do_train", "--do_eval", "--streaming",
+            "--max_eval_samples", "8", *COMMON]
+    metrics = run_mlm.main(args)
+    assert metrics["eval_samples"] == 8 and metrics["perplexity"] > 1
+    assert json.loads((tmp_path / "streamed" / "trainer_state.json").read_text())["global_step"] == 2
+    at = args.index("--max_steps")
+    without_steps = args[:at] + args[at + 2 :]
+    with pytest.raises(ValueError, match="--streaming needs --max_steps"):
+        run_mlm.main([*without_steps, "--output_dir", str(tmp_path / "other")])
