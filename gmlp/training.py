@@ -103,6 +103,12 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None):
             argv = [*argv, "--use_cpu"]
         *parsed, run_args = parser.parse_args_into_dataclasses(args=argv)
     training_args = next(args for args in parsed if isinstance(args, TrainingArguments))
+    if training_args.fsdp_plugin_args is not None and training_args.device.type == "cpu":
+        raise ValueError(
+            "--fsdp needs accelerators: Accelerate turns FSDP on only for multi-GPU (and similar) runs, and on the CPU "
+            "the run would silently be plain data-parallel (DDP). Drop --fsdp on the CPU (torchrun or accelerate "
+            "launch then run DDP over gloo), or run on GPUs."
+        )
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise ValueError("Nothing to do: pass --do_train and/or --do_eval (or --do_predict where the script has it).")
     if training_args.process_index == 0:
@@ -424,6 +430,7 @@ def resolve_checkpoint(training_args: TrainingArguments) -> str | None:
 def train_and_save(trainer, training_args: TrainingArguments, num_train_samples: int | None) -> None:
     """Train (resuming if asked), save the model and tokenizer, and log/save the train metrics and state."""
     train_result = trainer.train(resume_from_checkpoint=resolve_checkpoint(training_args))
+    logger.info(f"Trained as {type(trainer.model_wrapped).__name__} in {training_args.world_size} process(es)")
     trainer.save_model()
     metrics = train_result.metrics
     if num_train_samples is not None:  # unknown for a streamed dataset

@@ -95,3 +95,12 @@ def test_run_mlm_streams_a_corpus(pretrained, tmp_path):
     without_steps = args[:at] + args[at + 2 :]
     with pytest.raises(ValueError, match="--streaming needs --max_steps"):
         run_mlm.main([*without_steps, "--output_dir", str(tmp_path / "other")])
+
+
+def test_fsdp_on_the_cpu_is_refused_rather_than_silently_run_as_ddp(pretrained, tmp_path):
+    """Accelerate enables FSDP only for accelerator runs (MULTI_GPU and the like); on the CPU the Trainer would train
+    plain DDP under an `--fsdp` flag, so the scripts refuse it with the reason."""
+    with pytest.raises(ValueError, match="--fsdp needs accelerators.*silently be plain data-parallel"):
+        run_mlm.main(["--model_name_or_path", str(pretrained), "--train_file", str(corpus(tmp_path / "t.txt")),
+                      "--output_dir", str(tmp_path / "fsdp"), "--do_train", "--fsdp", "full_shard auto_wrap",
+                      "--fsdp_config", '{"transformer_layer_cls_to_wrap": ["GMLPLayer"]}', *COMMON])
