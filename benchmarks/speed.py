@@ -79,7 +79,7 @@ def gpt2_matching(target_parameters: int) -> GPT2Config:
     def config(size):
         return GPT2Config(vocab_size=GENERATION["vocab_size"], n_positions=GENERATION["max_position_embeddings"],
                           n_embd=GENERATION["hidden_size"], n_layer=GENERATION["num_hidden_layers"], n_head=4,
-                          n_inner=size, pad_token_id=0)
+                          n_inner=size, pad_token_id=0, bos_token_id=None, eos_token_id=None)
 
     low, high = (count_parameters(GPT2LMHeadModel(config(size))) for size in (256, 512))
     return config(round(256 + (target_parameters - low) * 256 / (high - low)))
@@ -363,7 +363,7 @@ def run_generation(args) -> dict:
         prompt = torch.randint(5, GENERATION["vocab_size"], (batch_size, PROMPT_LENGTH))
         mask = torch.ones_like(prompt)
 
-        def generate(model, use_cache):
+        def generate(model, use_cache, prompt=prompt, mask=mask):
             return lambda: model.generate(prompt, attention_mask=mask, use_cache=use_cache, **fixed)
 
         steps = {"gmlp cached": generate(gmlp, True), "gmlp uncached": generate(gmlp, False),

@@ -16,7 +16,6 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
-    BaseModelOutput,
     BaseModelOutputWithPast,
     CausalLMOutputWithPast,
     BaseModelOutputWithPooling,
