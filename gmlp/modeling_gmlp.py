@@ -305,6 +305,11 @@ class GMLPEncoder(nn.Module):
         return hidden_states
 
 
+def classifier_dropout(config: GMLPConfig) -> float:
+    """The heads' dropout: `classifier_dropout`, or `hidden_dropout_prob` when it is None."""
+    return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+
+
 class GMLPClassificationHead(nn.Module):
     """The sentence-level head: pool the sequence, then dense + tanh, dropout and a projection to the outputs.
 
@@ -771,7 +776,6 @@ class GMLPForTokenClassification(GMLPPreTrainedModel):
 
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
         self.gmlp = GMLPModel(config)
         self.dropout = nn.Dropout(classifier_dropout(config))
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
@@ -802,7 +806,7 @@ class GMLPForTokenClassification(GMLPPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:
-            check_labels(labels, self.num_labels)
+            check_labels(labels, self.config.num_labels)
             loss = self.loss_function(logits, labels, self.config, **kwargs)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
@@ -814,7 +818,6 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
 
     def __init__(self, config: GMLPConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
         self.gmlp = GMLPModel(config)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
@@ -857,10 +860,6 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-
-
-def classifier_dropout(config: GMLPConfig) -> float:
-    return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
 
 
 class GMLPPatchEmbeddings(nn.Module):
@@ -930,7 +929,6 @@ class GMLPForImageClassification(GMLPVisionPreTrainedModel):
 
     def __init__(self, config: GMLPVisionConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
         self.gmlp = GMLPVisionModel(config)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)

@@ -103,12 +103,13 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None):
             argv = [*argv, "--use_cpu"]
         *parsed, run_args = parser.parse_args_into_dataclasses(args=argv)
     training_args = next(args for args in parsed if isinstance(args, TrainingArguments))
-    if training_args.fsdp_plugin_args is not None and training_args.device.type == "cpu":
-        raise ValueError(
-            "--fsdp needs accelerators: Accelerate turns FSDP on only for multi-GPU (and similar) runs, and on the CPU "
-            "the run would silently be plain data-parallel (DDP). Drop --fsdp on the CPU (torchrun or accelerate "
-            "launch then run DDP over gloo), or run on GPUs."
-        )
+    for flag, asked in (("--fsdp", training_args.fsdp_plugin_args is not None), ("--deepspeed", training_args.deepspeed)):
+        if asked and training_args.device.type == "cpu":
+            raise ValueError(
+                f"{flag} needs accelerators: Accelerate turns it on only for GPU (and similar) runs, and on the CPU the "
+                f"run would silently be plain data-parallel (DDP). Drop {flag} on the CPU (torchrun or accelerate "
+                "launch then run DDP over gloo), or run on GPUs."
+            )
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise ValueError("Nothing to do: pass --do_train and/or --do_eval (or --do_predict where the script has it).")
     if training_args.process_index == 0:

@@ -97,10 +97,15 @@ def test_run_mlm_streams_a_corpus(pretrained, tmp_path):
         run_mlm.main([*without_steps, "--output_dir", str(tmp_path / "other")])
 
 
-def test_fsdp_on_the_cpu_is_refused_rather_than_silently_run_as_ddp(pretrained, tmp_path):
-    """Accelerate enables FSDP only for accelerator runs (MULTI_GPU and the like); on the CPU the Trainer would train
-    plain DDP under an `--fsdp` flag, so the scripts refuse it with the reason."""
-    with pytest.raises(ValueError, match="--fsdp needs accelerators.*silently be plain data-parallel"):
+@pytest.mark.parametrize("engine", [
+    ["--fsdp", "full_shard auto_wrap", "--fsdp_config", '{"transformer_layer_cls_to_wrap": ["GMLPLayer"]}'],
+    ["--deepspeed", '{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto"}'],
+], ids=["fsdp", "deepspeed"])
+def test_sharding_engines_on_the_cpu_are_refused_rather_than_silently_run_as_ddp(engine, pretrained, tmp_path):
+    """Accelerate enables FSDP and DeepSpeed only for accelerator runs; on the CPU the Trainer would train plain DDP
+    under the flag (seen with torchrun, 2 processes), so the scripts refuse it with the reason."""
+    if engine[0] == "--deepspeed":
+        pytest.importorskip("deepspeed", reason="TrainingArguments reads a --deepspeed config only with DeepSpeed installed")
+    with pytest.raises(ValueError, match=f"{engine[0]} needs accelerators.*silently be plain data-parallel"):
         run_mlm.main(["--model_name_or_path", str(pretrained), "--train_file", str(corpus(tmp_path / "t.txt")),
-                      "--output_dir", str(tmp_path / "fsdp"), "--do_train", "--fsdp", "full_shard auto_wrap",
-                      "--fsdp_config", '{"transformer_layer_cls_to_wrap": ["GMLPLayer"]}', *COMMON])
+                      "--output_dir", str(tmp_path / "engine"), "--do_train", *engine, *COMMON])
