@@ -12,7 +12,7 @@ import numpy as np
 from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments, set_seed
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
-from gmlp.glue import (
+from gmlp.tasks.glue import (
     GLUE_TASKS,
     custom_task,
     encode_task_labels,
@@ -22,7 +22,7 @@ from gmlp.glue import (
     metric_config,
     write_predictions,
 )
-from gmlp.training import (
+from gmlp.tasks.training import (
     ModelArguments,
     check_max_seq_length,
     load_config,

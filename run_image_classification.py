@@ -17,7 +17,7 @@ import datasets
 from transformers import AutoImageProcessor, AutoModelForImageClassification, Trainer, TrainingArguments, set_seed
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
-from gmlp.image_classification import (
+from gmlp.tasks.image_classification import (
     DIGITS,
     VisionModelArguments,
     accuracy_metric,
@@ -26,7 +26,7 @@ from gmlp.image_classification import (
     load_digits_dataset,
     load_vision_config,
 )
-from gmlp.training import (
+from gmlp.tasks.training import (
     load_model,
     parse_arguments,
     publish,

@@ -14,7 +14,7 @@ import datasets
 from transformers import AutoModelForMaskedLM, Trainer, TrainingArguments, set_seed
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
-from gmlp.mlm import (
+from gmlp.tasks.mlm import (
     DEFAULT_TRAIN_FILE,
     MaskedLMCollator,
     fill_mask,
@@ -25,7 +25,7 @@ from gmlp.mlm import (
     train_or_load_tokenizer,
     with_fixed_mask,
 )
-from gmlp.training import (
+from gmlp.tasks.training import (
     ModelArguments,
     check_max_seq_length,
     load_config,

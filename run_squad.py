@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Fine-tune gMLP/aMLP for extractive question answering on SQuAD v1.1 or v2.0 (from the Hub or the official JSON
 files). Follows Transformers' examples/pytorch/question-answering/run_qa.py, with the stock Trainer: evaluation
-predicts start/end logits, `gmlp.squad` turns them into answers (predictions.json, nbest_predictions.json) and the
+predicts start/end logits, `gmlp.tasks.squad` turns them into answers (predictions.json, nbest_predictions.json) and the
 packaged `squad` / `squad_v2` metric scores them (eval_exact_match, eval_f1)."""
 
 import logging
@@ -11,8 +11,8 @@ import datasets
 from transformers import AutoModelForQuestionAnswering, Trainer, TrainingArguments, set_seed
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
-from gmlp.metrics import load_metric
-from gmlp.squad import (
+from gmlp.tasks.metrics import load_metric
+from gmlp.tasks.squad import (
     check_squad_columns,
     check_training_answers,
     load_squad_files,
@@ -21,7 +21,7 @@ from gmlp.squad import (
     prepare_train_features,
     prepare_validation_features,
 )
-from gmlp.training import (
+from gmlp.tasks.training import (
     ModelArguments,
     check_max_seq_length,
     load_config,

@@ -13,7 +13,7 @@ import run_image_classification
 import run_mlm
 import run_squad
 from gmlp.tokenization_gmlp import train_tokenizer
-from gmlp.training import checkpoint_problem
+from gmlp.tasks.training import checkpoint_problem
 
 WORDS = "the cat sat on a red mat while an old dog slept by the warm fire and the king sang to his sister".split()
 TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=32,vocab_size=120"

@@ -6,8 +6,8 @@ from pathlib import Path
 import evaluate
 import pytest
 
-from gmlp.metrics import METRIC_NAMES, load_metric, metric_path
-from gmlp.metrics.squad.squad import normalize_answer
+from gmlp.tasks.metrics import METRIC_NAMES, load_metric, metric_path
+from gmlp.tasks.metrics.squad.squad import normalize_answer
 
 
 # Binary labels with 3 true positives, 1 true negative, 1 false positive and 1 false negative.

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import run_mlm
-from gmlp.mlm import MaskedLMCollator, with_fixed_mask
+from gmlp.tasks.mlm import MaskedLMCollator, with_fixed_mask
 from gmlp.tokenization_gmlp import train_tokenizer
 
 WORDS = "the cat sat on a red mat while an old dog slept by the warm fire and the king sang".split()

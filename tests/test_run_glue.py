@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import run_glue
-from gmlp.glue import GLUE_TASKS, get_task, load_glue_dir
+from gmlp.tasks.glue import GLUE_TASKS, get_task, load_glue_dir
 from gmlp.tokenization_gmlp import train_tokenizer
 
 TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=32,hidden_dropout_prob=0"

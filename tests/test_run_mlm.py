@@ -11,7 +11,7 @@ import pytest
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 import run_mlm
-from gmlp.mlm import DEFAULT_TRAIN_FILE
+from gmlp.tasks.mlm import DEFAULT_TRAIN_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=32,vocab_size=300"

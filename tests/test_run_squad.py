@@ -1,4 +1,4 @@
-"""run_squad.py end to end on tiny SQuAD-format fixtures; features and post-processing of gmlp.squad."""
+"""run_squad.py end to end on tiny SQuAD-format fixtures; features and post-processing of gmlp.tasks.squad."""
 
 import json
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import run_squad
-from gmlp.metrics import load_metric
-from gmlp.squad import load_squad_json, postprocess_qa_predictions, prepare_train_features, prepare_validation_features
+from gmlp.tasks.metrics import load_metric
+from gmlp.tasks.squad import load_squad_json, postprocess_qa_predictions, prepare_train_features, prepare_validation_features
 from gmlp.tokenization_gmlp import train_tokenizer
 
 TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=48,hidden_dropout_prob=0"

@@ -18,7 +18,7 @@ from gmlp import (
     GMLPForTokenClassification,
     GMLPVisionConfig,
 )
-from gmlp.mlm import MaskedLMCollator
+from gmlp.tasks.mlm import MaskedLMCollator
 from gmlp.tokenization_gmlp import train_tokenizer
 
 

@@ -30,7 +30,7 @@ from gmlp.convert_timm import (
     timm_image_processor,
 )
 from gmlp.convert_timm import main as convert_main
-from gmlp.image_classification import image_processor_for, load_digits_dataset
+from gmlp.tasks.image_classification import image_processor_for, load_digits_dataset
 
 
 def tiny_config(**overrides):

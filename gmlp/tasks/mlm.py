@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling, TrainingArguments, pipeline
 
-from .tokenization_gmlp import train_tokenizer
+from ..tokenization_gmlp import train_tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, PreTrained
 from safetensors import safe_open
 from transformers.trainer_utils import get_last_checkpoint
 
-from .configuration_gmlp import PRESETS, GMLPConfig
+from ..configuration_gmlp import PRESETS, GMLPConfig
 from .model_card import model_card
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ import datasets
 import numpy as np
 from transformers import ViTImageProcessorPil
 
-from .configuration_gmlp import VISION_PRESETS, GMLPVisionConfig
+from ..configuration_gmlp import VISION_PRESETS, GMLPVisionConfig
 from .training import ModelArguments, load_config
 
 DIGITS = "sklearn-digits"
