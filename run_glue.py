@@ -48,7 +48,8 @@ class DataTrainingArguments:
     task_name: str | None = field(default=None, metadata={"help": f"A GLUE task: {', '.join(GLUE_TASKS)}."})
     dataset_name: str = field(default="nyu-mll/glue", metadata={"help": "The Hub dataset of --task_name."})
     glue_dir: str | None = field(
-        default=None, metadata={"help": "A local GLUE folder in GLUE's layout (<glue_dir>/SST-2/train.tsv, dev.tsv, ...)."}
+        default=None,
+        metadata={"help": "A local GLUE folder in GLUE's layout (<glue_dir>/SST-2/train.tsv, dev.tsv, ...)."},
     )
     train_file: str | None = field(
         default=None, metadata={"help": "A csv/json/jsonl/tsv/parquet training file with a `label` column."}
@@ -81,16 +82,20 @@ def load_task_data(data_args: DataTrainingArguments, training_args: TrainingArgu
         raw = load_data_files(files, cache_dir=cache_dir)
         first = next(iter(raw))
         task = get_task(data_args.task_name) if data_args.task_name else custom_task(raw[first], files[first])
-        raw = datasets.DatasetDict({
-            split: encode_task_labels(
-                dataset, task, files[split], labelled=split != "test" or "label" in dataset.column_names
-            )
-            for split, dataset in raw.items()
-        })
+        raw = datasets.DatasetDict(
+            {
+                split: encode_task_labels(
+                    dataset, task, files[split], labelled=split != "test" or "label" in dataset.column_names
+                )
+                for split, dataset in raw.items()
+            }
+        )
         return task, raw, ("validation",), ("test",)
     task = get_task(data_args.task_name)
     if data_args.glue_dir is not None:
-        wanted = (["train"] if training_args.do_train else []) + (list(task.eval_splits) if training_args.do_eval else [])
+        wanted = (["train"] if training_args.do_train else []) + (
+            list(task.eval_splits) if training_args.do_eval else []
+        )
         wanted += list(task.test_splits) if training_args.do_predict else []
         raw = load_glue_dir(data_args.glue_dir, task, wanted)
     else:
@@ -99,16 +104,24 @@ def load_task_data(data_args: DataTrainingArguments, training_args: TrainingArgu
 
 
 def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, training_args = parse_arguments((ModelArguments, DataTrainingArguments, TrainingArguments), argv)
+    model_args, data_args, training_args = parse_arguments(
+        (ModelArguments, DataTrainingArguments, TrainingArguments), argv
+    )
     setup_logging(training_args)
     set_seed(training_args.seed)
 
-    task, raw, eval_splits, test_splits = load_task_data(data_args, training_args, model_args.cache_dir, model_args.token)
+    task, raw, eval_splits, test_splits = load_task_data(
+        data_args, training_args, model_args.cache_dir, model_args.token
+    )
     label_names = None if task.is_regression else list(task.label_names)
-    label_kwargs = {} if label_names is None else {
-        "label2id": {name: i for i, name in enumerate(label_names)},
-        "id2label": dict(enumerate(label_names)),
-    }
+    label_kwargs = (
+        {}
+        if label_names is None
+        else {
+            "label2id": {name: i for i, name in enumerate(label_names)},
+            "id2label": dict(enumerate(label_names)),
+        }
+    )
     config = load_config(model_args, num_labels=task.num_labels, finetuning_task=data_args.task_name, **label_kwargs)
     tokenizer = load_tokenizer(model_args)
     max_seq_length = check_max_seq_length(data_args.max_seq_length, config, tokenizer)
@@ -133,7 +146,8 @@ def main(argv: list[str] | None = None) -> dict:
     eval_datasets = {}
     if training_args.do_eval:
         eval_datasets = {
-            split: select_samples(split_or_fail(split, "--do_eval"), data_args.max_eval_samples) for split in eval_splits
+            split: select_samples(split_or_fail(split, "--do_eval"), data_args.max_eval_samples)
+            for split in eval_splits
         }
     trainer = Trainer(
         model=model,
@@ -167,8 +181,13 @@ def main(argv: list[str] | None = None) -> dict:
                 path = os.path.join(training_args.output_dir, f"predict_results_{name}.txt")
                 write_predictions(path, predictions, label_names)
                 logger.info(f"Wrote the {split} predictions to {path}")
-    publish(trainer, training_args, model_args, task="text-classification",
-            dataset=f"GLUE {data_args.task_name.upper()}" if data_args.task_name else data_args.train_file)
+    publish(
+        trainer,
+        training_args,
+        model_args,
+        task="text-classification",
+        dataset=f"GLUE {data_args.task_name.upper()}" if data_args.task_name else data_args.train_file,
+    )
     return all_metrics
 
 

@@ -47,7 +47,9 @@ class DataTrainingArguments:
         default=DIGITS,
         metadata={"help": f"`{DIGITS}` (offline), a Hub image dataset, or `imagefolder` with --train_dir."},
     )
-    train_dir: str | None = field(default=None, metadata={"help": "A folder of training images, one folder per class."})
+    train_dir: str | None = field(
+        default=None, metadata={"help": "A folder of training images, one folder per class."}
+    )
     validation_dir: str | None = field(default=None, metadata={"help": "A folder of evaluation images, same layout."})
     image_column_name: str = field(default="image", metadata={"help": "The column holding the images."})
     label_column_name: str = field(default="label", metadata={"help": "The column holding the class labels."})
@@ -59,8 +61,11 @@ def load_image_data(data_args: DataTrainingArguments, seed: int, cache_dir: str 
     """The `train` and `validation` splits; a dataset without a validation split gets 15% of train held out."""
     if data_args.dataset_name == DIGITS:
         return load_digits_dataset(seed=seed)
-    folders = {split: path for split, path in (("train", data_args.train_dir), ("validation", data_args.validation_dir))
-               if path is not None}
+    folders = {
+        split: path
+        for split, path in (("train", data_args.train_dir), ("validation", data_args.validation_dir))
+        if path is not None
+    }
     for split, path in folders.items():
         if not os.path.isdir(path):
             raise FileNotFoundError(f"--{split}_dir {path!r} is not a folder (of class folders of images).")

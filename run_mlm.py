@@ -44,21 +44,35 @@ from gmlp.tasks.training import (
 logger = logging.getLogger(__name__)
 
 DEMO_ARGS = [
-    "--config_name", "gmlp-tiny",
+    "--config_name",
+    "gmlp-tiny",
     # 32k words of text support a small vocabulary: with 8,192 tokens most are seen a handful of times.
-    "--config_overrides", "vocab_size=2048",
-    "--output_dir", "gmlp-tiny-mlm",
-    "--do_train", "--do_eval",
-    "--max_seq_length", "64",
-    "--per_device_train_batch_size", "32",
-    "--learning_rate", "2e-3",
-    "--warmup_steps", "50",
-    "--weight_decay", "0.01",
-    "--num_train_epochs", "40",
-    "--logging_steps", "100",
-    "--save_strategy", "no",
-    "--report_to", "none",
-    "--fill_mask_text", "The first [MASK] of the plays appeared in 1623.",
+    "--config_overrides",
+    "vocab_size=2048",
+    "--output_dir",
+    "gmlp-tiny-mlm",
+    "--do_train",
+    "--do_eval",
+    "--max_seq_length",
+    "64",
+    "--per_device_train_batch_size",
+    "32",
+    "--learning_rate",
+    "2e-3",
+    "--warmup_steps",
+    "50",
+    "--weight_decay",
+    "0.01",
+    "--num_train_epochs",
+    "40",
+    "--logging_steps",
+    "100",
+    "--save_strategy",
+    "no",
+    "--report_to",
+    "none",
+    "--fill_mask_text",
+    "The first [MASK] of the plays appeared in 1623.",
 ]
 
 
@@ -67,21 +81,27 @@ class DataTrainingArguments:
     """What to train and evaluate on."""
 
     dataset_name: str | None = field(default=None, metadata={"help": "A Hub dataset, e.g. Salesforce/wikitext."})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration, e.g. wikitext-2-raw-v1."})
+    dataset_config_name: str | None = field(
+        default=None, metadata={"help": "Its configuration, e.g. wikitext-2-raw-v1."}
+    )
     train_file: str | None = field(
         default=None,
-        metadata={"help": "Training text (.txt, .csv, .json/.jsonl, .parquet; column `text` or the first). "
-                  "Default, with no dataset either: the English text shipped with the package."},
+        metadata={
+            "help": "Training text (.txt, .csv, .json/.jsonl, .parquet; column `text` or the first). "
+            "Default, with no dataset either: the English text shipped with the package."
+        },
     )
     validation_file: str | None = field(default=None, metadata={"help": "Evaluation text, same formats."})
     validation_split_percentage: int = field(
-        default=5, metadata={"help": "Percent of the training data held out for evaluation when there is no validation split."}
+        default=5,
+        metadata={"help": "Percent of the training data held out for evaluation when there is no validation split."},
     )
     max_seq_length: int | None = field(
         default=None, metadata={"help": "Tokens per sequence; at most the model's n. Default: n."}
     )
     line_by_line: bool = field(
-        default=False, metadata={"help": "One sequence per non-empty line, instead of blocks of max_seq_length tokens."}
+        default=False,
+        metadata={"help": "One sequence per non-empty line, instead of blocks of max_seq_length tokens."},
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens to mask."})
     whole_word_mask: bool = field(default=False, metadata={"help": "Mask whole words rather than single tokens."})
@@ -93,18 +113,24 @@ class DataTrainingArguments:
     )
     streaming: bool = field(
         default=False,
-        metadata={"help": "Read the data as a stream instead of loading it (a corpus larger than memory). Needs "
-                  "--max_steps, --tokenizer_name (or a checkpoint with one) and a validation split for --do_eval."},
+        metadata={
+            "help": "Read the data as a stream instead of loading it (a corpus larger than memory). Needs "
+            "--max_steps, --tokenizer_name (or a checkpoint with one) and a validation split for --do_eval."
+        },
     )
     sparse_prediction: bool = field(
         default=True,
-        metadata={"help": "gMLP: in training, compute the vocabulary projection only at masked positions (same loss, "
-                  "faster steps; evaluation keeps full logits). `--sparse_prediction false` turns it off."},
+        metadata={
+            "help": "gMLP: in training, compute the vocabulary projection only at masked positions (same loss, "
+            "faster steps; evaluation keeps full logits). `--sparse_prediction false` turns it off."
+        },
     )
     eval_mask_seed: int = field(
         default=0,
-        metadata={"help": "Seed of the evaluation mask, drawn once: every evaluation scores the same masked tokens, so "
-                  "perplexities of checkpoints and runs compare exactly (training draws fresh masks)."},
+        metadata={
+            "help": "Seed of the evaluation mask, drawn once: every evaluation scores the same masked tokens, so "
+            "perplexities of checkpoints and runs compare exactly (training draws fresh masks)."
+        },
     )
     fill_mask_text: str | None = field(
         default=None, metadata={"help": "After training, print the model's top predictions for this text's [MASK]."}
@@ -121,12 +147,16 @@ def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArgumen
     """The train/validation text, from the Hub or local files; a validation split is held out if there is none."""
     if data_args.dataset_name is not None:
         raw = datasets.load_dataset(
-            data_args.dataset_name, data_args.dataset_config_name, cache_dir=model_args.cache_dir,
-            token=model_args.token, streaming=data_args.streaming,
+            data_args.dataset_name,
+            data_args.dataset_config_name,
+            cache_dir=model_args.cache_dir,
+            token=model_args.token,
+            streaming=data_args.streaming,
         )
     else:
         raw = load_data_files(
-            {"train": data_args.train_file, "validation": data_args.validation_file}, cache_dir=model_args.cache_dir,
+            {"train": data_args.train_file, "validation": data_args.validation_file},
+            cache_dir=model_args.cache_dir,
             streaming=data_args.streaming,
         )
     if data_args.streaming:
@@ -142,8 +172,10 @@ def check_streaming(data_args: DataTrainingArguments, model_args: ModelArguments
     if training_args.do_train and training_args.max_steps <= 0:
         raise ValueError("--streaming needs --max_steps: a stream has no length to count epochs by.")
     if model_args.tokenizer_name is None and model_args.model_name_or_path is None:
-        raise ValueError("--streaming needs --tokenizer_name (or a --model_name_or_path with a tokenizer): a tokenizer "
-                         "is not trained on a stream.")
+        raise ValueError(
+            "--streaming needs --tokenizer_name (or a --model_name_or_path with a tokenizer): a tokenizer "
+            "is not trained on a stream."
+        )
     if training_args.do_eval and data_args.dataset_name is None and data_args.validation_file is None:
         raise ValueError("--streaming with --do_eval needs --validation_file: no split is held out of a stream.")
     if data_args.whole_word_mask:
@@ -155,7 +187,9 @@ def main(argv: list[str] | None = None) -> dict:
     if not argv:
         print("No arguments: running the offline demo, i.e.\n  python run_mlm.py " + " ".join(DEMO_ARGS), flush=True)
         argv = DEMO_ARGS
-    model_args, data_args, training_args = parse_arguments((ModelArguments, DataTrainingArguments, TrainingArguments), argv)
+    model_args, data_args, training_args = parse_arguments(
+        (ModelArguments, DataTrainingArguments, TrainingArguments), argv
+    )
     if model_args.model_name_or_path is None and model_args.config_name is None:
         model_args.config_name = "gmlp-tiny"
     if data_args.streaming:
@@ -171,7 +205,9 @@ def main(argv: list[str] | None = None) -> dict:
         tokenizer = load_tokenizer(ModelArguments(tokenizer_name=checkpoint))
     if tokenizer is None:
         if "train" not in raw_datasets:
-            raise ValueError("No tokenizer and no training data to train one on: pass --tokenizer_name or --train_file.")
+            raise ValueError(
+                "No tokenizer and no training data to train one on: pass --tokenizer_name or --train_file."
+            )
         tokenizer = train_or_load_tokenizer(
             raw_datasets["train"], config.vocab_size, config.max_position_embeddings, training_args
         )
@@ -185,11 +221,20 @@ def main(argv: list[str] | None = None) -> dict:
     sources = {}
     if data_args.dataset_name is None:
         sources["train"] = f"The train file {data_args.train_file}"
-        sources["validation"] = (f"The validation file {data_args.validation_file}" if data_args.validation_file
-                                 else f"The held-out part of {data_args.train_file}")
+        sources["validation"] = (
+            f"The validation file {data_args.validation_file}"
+            if data_args.validation_file
+            else f"The held-out part of {data_args.train_file}"
+        )
     tokenized = tokenize_for_mlm(
-        raw_datasets, tokenizer, max_seq_length, data_args.line_by_line, training_args,
-        data_args.preprocessing_num_workers, data_args.whole_word_mask, sources=sources,
+        raw_datasets,
+        tokenizer,
+        max_seq_length,
+        data_args.line_by_line,
+        training_args,
+        data_args.preprocessing_num_workers,
+        data_args.whole_word_mask,
+        sources=sources,
     )
     if data_args.whole_word_mask:
         # The collator needs the offset mapping to find words; the Trainer would drop it as an unused column.
@@ -200,7 +245,9 @@ def main(argv: list[str] | None = None) -> dict:
         sequences = select_samples(tokenized["validation"], data_args.max_eval_samples or 1000)
         tokenized["validation"] = datasets.Dataset.from_list(list(sequences))
     collator = MaskedLMCollator(
-        tokenizer, mlm_probability=data_args.mlm_probability, whole_word_mask=data_args.whole_word_mask,
+        tokenizer,
+        mlm_probability=data_args.mlm_probability,
+        whole_word_mask=data_args.whole_word_mask,
         sparse_prediction=data_args.sparse_prediction and model.config.model_type == "gmlp",
     )
     eval_dataset = None
@@ -233,7 +280,9 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"\nFill-mask: {text}")
         for prediction in fill_mask(trainer.model, tokenizer, text):
             print(f"  {prediction['score']:.3f}  {prediction['token_str']}")
-    publish(trainer, training_args, model_args, task="fill-mask", dataset=data_args.dataset_name or data_args.train_file)
+    publish(
+        trainer, training_args, model_args, task="fill-mask", dataset=data_args.dataset_name or data_args.train_file
+    )
     return metrics
 
 

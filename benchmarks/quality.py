@@ -44,22 +44,33 @@ from pathlib import Path
 
 from transformers import BertConfig, BertForMaskedLM
 
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from gmlp import GMLPConfig, GMLPForMaskedLM  # noqa: E402
-
+from gmlp import GMLPConfig, GMLPForMaskedLM
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
 # gmlp-tiny: 8 blocks, d_model 128, d_ffn 768, n 128, an 8,192-token WordPiece vocabulary trained on the data.
-GMLP_TINY = dict(vocab_size=8192, hidden_size=128, intermediate_size=768, num_hidden_layers=8, max_position_embeddings=128)
+GMLP_TINY = {
+    "vocab_size": 8192,
+    "hidden_size": 128,
+    "intermediate_size": 768,
+    "num_hidden_layers": 8,
+    "max_position_embeddings": 128,
+}
 SGU_VARIANTS = ("multiplicative_split", "multiplicative", "additive", "linear")
 MODELS = ("bert", "gmlp", "amlp")  # slowest first: its runs take the first free slot
 TASKS = ("sst2", "mnli", "squad")
 SMALL_GLUE_TASKS = ("cola", "mrpc", "stsb", "rte")  # train and dev are here: GLUE-style dev scores, opt-in
-TASK_NAMES = {"sst2": "SST-2 (dev)", "mnli": "MNLI-m (dev split)", "squad": "SQuAD v1.1 (dev split)",
-              "cola": "CoLA (dev)", "mrpc": "MRPC (dev)", "stsb": "STS-B (dev)", "rte": "RTE (dev)"}
+TASK_NAMES = {
+    "sst2": "SST-2 (dev)",
+    "mnli": "MNLI-m (dev split)",
+    "squad": "SQuAD v1.1 (dev split)",
+    "cola": "CoLA (dev)",
+    "mrpc": "MRPC (dev)",
+    "stsb": "STS-B (dev)",
+    "rte": "RTE (dev)",
+}
 MNLI_HELD_OUT = 2000
 SQUAD_HELD_OUT_ARTICLES = 10
 # gMLP/aMLP fine-tuning probes of the recipe suite: name -> run_glue.py --config_overrides.
@@ -80,8 +91,12 @@ def model_configs() -> dict:
 
     def bert(intermediate_size):
         return BertConfig(
-            vocab_size=GMLP_TINY["vocab_size"], hidden_size=128, num_hidden_layers=8, num_attention_heads=2,
-            intermediate_size=intermediate_size, max_position_embeddings=128,
+            vocab_size=GMLP_TINY["vocab_size"],
+            hidden_size=128,
+            num_hidden_layers=8,
+            num_attention_heads=2,
+            intermediate_size=intermediate_size,
+            max_position_embeddings=128,
         )
 
     low, high = (parameters(BertForMaskedLM(bert(size))) for size in (128, 256))
@@ -107,12 +122,20 @@ class Runner:
             raise MissingRun(name)
         log = self.work_dir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT),
-               "OMP_NUM_THREADS": self.threads, "TOKENIZERS_PARALLELISM": "false"}
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "PYTHONPATH": str(ROOT),
+            "OMP_NUM_THREADS": self.threads,
+            "TOKENIZERS_PARALLELISM": "false",
+        }
         with self.slots:
             print(f"  start {name}", file=sys.stderr, flush=True)
             with log.open("w") as handle:
-                result = subprocess.run(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, env=env)
+                result = subprocess.run(
+                    command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, env=env, check=False
+                )
         if result.returncode:
             raise RuntimeError(f"{name} failed; see {log}:\n" + log.read_text()[-3000:])
         print(f"  done  {name}", file=sys.stderr, flush=True)
@@ -153,9 +176,22 @@ class Quality:
         shared = self.args.data
         tokenizer = self.data / "tokenizer"
         if not (tokenizer / "tokenizer_config.json").exists():
-            self.run([sys.executable, "-m", "gmlp.tokenization_gmlp", "--train_files", str(shared / "wikitext-2" / "test.txt"),
-                      "--output_dir", str(tokenizer), "--vocab_size", str(GMLP_TINY["vocab_size"]),
-                      "--model_max_length", "128"], "tokenizer")
+            self.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "gmlp.tokenization_gmlp",
+                    "--train_files",
+                    str(shared / "wikitext-2" / "test.txt"),
+                    "--output_dir",
+                    str(tokenizer),
+                    "--vocab_size",
+                    str(GMLP_TINY["vocab_size"]),
+                    "--model_max_length",
+                    "128",
+                ],
+                "tokenizer",
+            )
         mnli = self.data / "mnli"
         if not (mnli / "validation.jsonl").exists():
             pairs = (shared / "glue" / "MNLI" / "dev_matched.jsonl").read_text().splitlines()
@@ -169,15 +205,24 @@ class Quality:
             articles = list(dev["data"])
             random.Random(0).shuffle(articles)
             squad.mkdir(parents=True, exist_ok=True)
-            for split, part in (("train", articles[SQUAD_HELD_OUT_ARTICLES:]), ("validation", articles[:SQUAD_HELD_OUT_ARTICLES])):
+            for split, part in (
+                ("train", articles[SQUAD_HELD_OUT_ARTICLES:]),
+                ("validation", articles[:SQUAD_HELD_OUT_ARTICLES]),
+            ):
                 (squad / f"{split}.json").write_text(json.dumps({"data": part, "version": dev["version"]}))
 
     # ---- pretraining ------------------------------------------------------------------------------------------
     def pretrain_settings(self, name: str, config) -> dict:
         args = self.args
-        return {"config": config.to_dict(), "max_steps": args.max_steps, "batch_size": args.batch_size,
-                "learning_rate": args.learning_rate, "warmup_steps": args.max_steps // 10,
-                "max_eval_samples": args.max_eval_samples, "eval_mask_seed": 0}
+        return {
+            "config": config.to_dict(),
+            "max_steps": args.max_steps,
+            "batch_size": args.batch_size,
+            "learning_rate": args.learning_rate,
+            "warmup_steps": args.max_steps // 10,
+            "max_eval_samples": args.max_eval_samples,
+            "eval_mask_seed": 0,
+        }
 
     def pretrain(self, name: str, seed: int, config=None, need_checkpoint: bool = False) -> dict:
         """MLM pretraining with run_mlm.py: the record with the validation perplexity, accuracy and the curve."""
@@ -195,26 +240,74 @@ class Quality:
             config.save_pretrained(config_dir)
             wikitext = self.args.data / "wikitext-2"
             steps = self.args.max_steps
-            self.run([
-                sys.executable, "run_mlm.py", "--config_name", str(config_dir), "--tokenizer_name", str(self.data / "tokenizer"),
-                "--train_file", str(wikitext / "test.txt"), "--validation_file", str(wikitext / "valid.txt"),
-                "--max_seq_length", "128", "--do_train", "--do_eval", "--output_dir", str(output),
-                "--max_steps", str(steps), "--per_device_train_batch_size", str(self.args.batch_size),
-                "--per_device_eval_batch_size", "64", "--learning_rate", str(self.args.learning_rate),
-                "--warmup_steps", str(steps // 10), "--weight_decay", "0.01",
-                "--eval_strategy", "steps", "--eval_steps", str(max(1, steps // 10)),
-                "--max_eval_samples", str(self.args.max_eval_samples), "--eval_mask_seed", "0",
-                "--logging_steps", str(max(1, steps // 40)), "--save_strategy", "no", "--report_to", "none",
-                "--seed", str(seed), "--data_seed", "0",
-            ], run_name)
+            self.run(
+                [
+                    sys.executable,
+                    "run_mlm.py",
+                    "--config_name",
+                    str(config_dir),
+                    "--tokenizer_name",
+                    str(self.data / "tokenizer"),
+                    "--train_file",
+                    str(wikitext / "test.txt"),
+                    "--validation_file",
+                    str(wikitext / "valid.txt"),
+                    "--max_seq_length",
+                    "128",
+                    "--do_train",
+                    "--do_eval",
+                    "--output_dir",
+                    str(output),
+                    "--max_steps",
+                    str(steps),
+                    "--per_device_train_batch_size",
+                    str(self.args.batch_size),
+                    "--per_device_eval_batch_size",
+                    "64",
+                    "--learning_rate",
+                    str(self.args.learning_rate),
+                    "--warmup_steps",
+                    str(steps // 10),
+                    "--weight_decay",
+                    "0.01",
+                    "--eval_strategy",
+                    "steps",
+                    "--eval_steps",
+                    str(max(1, steps // 10)),
+                    "--max_eval_samples",
+                    str(self.args.max_eval_samples),
+                    "--eval_mask_seed",
+                    "0",
+                    "--logging_steps",
+                    str(max(1, steps // 40)),
+                    "--save_strategy",
+                    "no",
+                    "--report_to",
+                    "none",
+                    "--seed",
+                    str(seed),
+                    "--data_seed",
+                    "0",
+                ],
+                run_name,
+            )
             metrics = json.loads((output / "eval_results.json").read_text())
             history = json.loads((output / "trainer_state.json").read_text())["log_history"]
-            return write_record(self.runs_dir, run_name, {
-                "kind": "pretrain", "model": name, "seed": seed, "settings": settings, "checkpoint": str(output),
-                "perplexity": metrics["perplexity"], "accuracy": metrics["eval_accuracy"],
-                "curve": [(e["step"], math.exp(e["eval_loss"])) for e in history if "eval_loss" in e],
-                "train_loss_curve": [(e["step"], e["loss"]) for e in history if "loss" in e],
-            })
+            return write_record(
+                self.runs_dir,
+                run_name,
+                {
+                    "kind": "pretrain",
+                    "model": name,
+                    "seed": seed,
+                    "settings": settings,
+                    "checkpoint": str(output),
+                    "perplexity": metrics["perplexity"],
+                    "accuracy": metrics["eval_accuracy"],
+                    "curve": [(e["step"], math.exp(e["eval_loss"])) for e in history if "eval_loss" in e],
+                    "train_loss_curve": [(e["step"], e["loss"]) for e in history if "loss" in e],
+                },
+            )
 
     # ---- fine-tuning ------------------------------------------------------------------------------------------
     def finetune(self, task: str, name: str, seed: int, learning_rate: float, overrides: str | None = None) -> dict:
@@ -222,8 +315,15 @@ class Quality:
         held-out metrics (the spread over seeds covers both stages)."""
         args = self.args
         pretrained = self.pretrain(name, seed)
-        settings = {"pretrained": Path(pretrained["checkpoint"]).name, "task": task, "steps": args.finetune_steps,
-                    "learning_rate": learning_rate, "warmup_ratio": 0.1, "batch_size": 32, "overrides": overrides}
+        settings = {
+            "pretrained": Path(pretrained["checkpoint"]).name,
+            "task": task,
+            "steps": args.finetune_steps,
+            "learning_rate": learning_rate,
+            "warmup_ratio": 0.1,
+            "batch_size": 32,
+            "overrides": overrides,
+        }
         run_name = f"finetune-{task}-{name}-{settings_key(settings)}-seed{seed}"
         record = read_record(self.runs_dir, run_name)
         if record:
@@ -231,39 +331,84 @@ class Quality:
         checkpoint = self.pretrain(name, seed, need_checkpoint=True)["checkpoint"]
         output = args.work_dir / run_name
         common = [
-            "--model_name_or_path", checkpoint, "--do_train", "--do_eval", "--output_dir", str(output),
-            "--max_steps", str(args.finetune_steps), "--per_device_train_batch_size", "32",
-            "--per_device_eval_batch_size", "64", "--learning_rate", str(learning_rate),
-            "--warmup_steps", str(args.finetune_steps // 10), "--max_seq_length", "128",
-            "--save_strategy", "no", "--report_to", "none", "--seed", str(seed), "--logging_steps", "50",
+            "--model_name_or_path",
+            checkpoint,
+            "--do_train",
+            "--do_eval",
+            "--output_dir",
+            str(output),
+            "--max_steps",
+            str(args.finetune_steps),
+            "--per_device_train_batch_size",
+            "32",
+            "--per_device_eval_batch_size",
+            "64",
+            "--learning_rate",
+            str(learning_rate),
+            "--warmup_steps",
+            str(args.finetune_steps // 10),
+            "--max_seq_length",
+            "128",
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+            "--seed",
+            str(seed),
+            "--logging_steps",
+            "50",
         ]
         if overrides:
             common += ["--config_overrides", overrides]
         if task == "sst2" or task in SMALL_GLUE_TASKS:
             command = ["run_glue.py", "--task_name", task, "--glue_dir", str(args.data / "glue")]
         elif task == "mnli":
-            command = ["run_glue.py", "--task_name", "mnli", "--train_file", str(self.data / "mnli" / "train.jsonl"),
-                       "--validation_file", str(self.data / "mnli" / "validation.jsonl")]
+            command = [
+                "run_glue.py",
+                "--task_name",
+                "mnli",
+                "--train_file",
+                str(self.data / "mnli" / "train.jsonl"),
+                "--validation_file",
+                str(self.data / "mnli" / "validation.jsonl"),
+            ]
         elif task == "squad":
-            command = ["run_squad.py", "--train_file", str(self.data / "squad" / "train.json"),
-                       "--validation_file", str(self.data / "squad" / "validation.json"), "--doc_stride", "32"]
+            command = [
+                "run_squad.py",
+                "--train_file",
+                str(self.data / "squad" / "train.json"),
+                "--validation_file",
+                str(self.data / "squad" / "validation.json"),
+                "--doc_stride",
+                "32",
+            ]
         else:
             raise ValueError(f"Unknown task {task!r}; choose one of {', '.join(TASKS)}.")
         self.run([sys.executable, *command, *common], run_name)
         metrics = json.loads((output / "eval_results.json").read_text())
         history = json.loads((output / "trainer_state.json").read_text())["log_history"]
         losses = [e["loss"] for e in history if "loss" in e]
-        return write_record(self.runs_dir, run_name, {
-            "kind": "finetune", "model": name, "seed": seed, "task": task, "settings": settings,
-            "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
-            "final_train_loss": losses[-1] if losses else None,
-        })
+        return write_record(
+            self.runs_dir,
+            run_name,
+            {
+                "kind": "finetune",
+                "model": name,
+                "seed": seed,
+                "task": task,
+                "settings": settings,
+                "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
+                "final_train_loss": losses[-1] if losses else None,
+            },
+        )
 
     def best_rate(self, name: str) -> float:
         """The model's fine-tuning learning rate: the best SST-2 dev accuracy of the lr suite (first seed)."""
         seed = self.args.seeds[0]
-        by_rate = {rate: self.finetune("sst2", name, seed, rate)["metrics"]["eval_accuracy"]
-                   for rate in self.args.finetune_learning_rates}
+        by_rate = {
+            rate: self.finetune("sst2", name, seed, rate)["metrics"]["eval_accuracy"]
+            for rate in self.args.finetune_learning_rates
+        }
         return max(by_rate, key=by_rate.get)
 
 
@@ -274,10 +419,15 @@ def mean_std(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f} (n={len(values)})"
 
 
-TASK_METRICS = {"sst2": [("accuracy", "eval_accuracy")], "mnli": [("accuracy", "eval_accuracy")],
-                "squad": [("EM", "eval_exact_match"), ("F1", "eval_f1")], "cola": [("MCC", "eval_matthews_correlation")],
-                "mrpc": [("accuracy", "eval_accuracy"), ("F1", "eval_f1")],
-                "stsb": [("Pearson", "eval_pearson"), ("Spearman", "eval_spearmanr")], "rte": [("accuracy", "eval_accuracy")]}
+TASK_METRICS = {
+    "sst2": [("accuracy", "eval_accuracy")],
+    "mnli": [("accuracy", "eval_accuracy")],
+    "squad": [("EM", "eval_exact_match"), ("F1", "eval_f1")],
+    "cola": [("MCC", "eval_matthews_correlation")],
+    "mrpc": [("accuracy", "eval_accuracy"), ("F1", "eval_f1")],
+    "stsb": [("Pearson", "eval_pearson"), ("Spearman", "eval_spearmanr")],
+    "rte": [("accuracy", "eval_accuracy")],
+}
 
 
 def collect(quality: Quality) -> dict:
@@ -285,9 +435,15 @@ def collect(quality: Quality) -> dict:
     args = quality.args
     if not args.report_only:
         quality.prepare_data()
-    results = {"settings": {"pretraining_steps": args.max_steps, "batch_size": args.batch_size,
-                            "learning_rate": args.learning_rate, "finetune_steps": args.finetune_steps,
-                            "seeds": args.seeds}}
+    results = {
+        "settings": {
+            "pretraining_steps": args.max_steps,
+            "batch_size": args.batch_size,
+            "learning_rate": args.learning_rate,
+            "finetune_steps": args.finetune_steps,
+            "seeds": args.seeds,
+        }
+    }
     models = [m for m in MODELS if m in args.models]
 
     def model_chain(name):
@@ -319,23 +475,34 @@ def collect(quality: Quality) -> dict:
     with ThreadPoolExecutor(len(models)) as pool:
         chains = dict(zip(models, pool.map(model_chain, models)))
     results["pretrain"] = {
-        name: {"parameters": parameters(BertForMaskedLM(quality.configs[name]) if name == "bert"
-                                        else GMLPForMaskedLM(quality.configs[name])),
-               "perplexities": [r["perplexity"] for r in chain["pretrain"]],
-               "accuracies": [r["accuracy"] for r in chain["pretrain"]],
-               "curves": [r["curve"] for r in chain["pretrain"]],
-               "train_loss_curves": [r["train_loss_curve"] for r in chain["pretrain"]]}
-        for name, chain in chains.items() if chain["pretrain"]
+        name: {
+            "parameters": parameters(
+                BertForMaskedLM(quality.configs[name]) if name == "bert" else GMLPForMaskedLM(quality.configs[name])
+            ),
+            "perplexities": [r["perplexity"] for r in chain["pretrain"]],
+            "accuracies": [r["accuracy"] for r in chain["pretrain"]],
+            "curves": [r["curve"] for r in chain["pretrain"]],
+            "train_loss_curves": [r["train_loss_curve"] for r in chain["pretrain"]],
+        }
+        for name, chain in chains.items()
+        if chain["pretrain"]
     }
     if any(chain["lr"] for chain in chains.values()):
         results["lr"] = {name: chain["lr"] for name, chain in chains.items() if chain["lr"]}
     if "finetune" in args.suites:
         results["finetune"] = {
-            task: {name: {"learning_rate": chain["finetune"][task][0]["settings"]["learning_rate"],
-                          **{label: [r["metrics"][key] for r in chain["finetune"][task]]
-                             for label, key in TASK_METRICS[task]},
-                          "final_train_loss": [r["final_train_loss"] for r in chain["finetune"][task]]}
-                   for name, chain in chains.items() if chain["finetune"][task]}
+            task: {
+                name: {
+                    "learning_rate": chain["finetune"][task][0]["settings"]["learning_rate"],
+                    **{
+                        label: [r["metrics"][key] for r in chain["finetune"][task]]
+                        for label, key in TASK_METRICS[task]
+                    },
+                    "final_train_loss": [r["final_train_loss"] for r in chain["finetune"][task]],
+                }
+                for name, chain in chains.items()
+                if chain["finetune"][task]
+            }
             for task in args.tasks
         }
     if "recipe" in args.suites:
@@ -345,55 +512,90 @@ def collect(quality: Quality) -> dict:
         for variant in SGU_VARIANTS:
             config = GMLPConfig(**GMLP_TINY, sgu_variant=variant)
             runs = [quality.pretrain(f"sgu-{variant}", seed, config) for seed in args.seeds]
-            results["sgu"][variant] = {"parameters": parameters(GMLPForMaskedLM(config)),
-                                       "perplexities": [r["perplexity"] for r in runs],
-                                       "curves": [r["curve"] for r in runs]}
+            results["sgu"][variant] = {
+                "parameters": parameters(GMLPForMaskedLM(config)),
+                "perplexities": [r["perplexity"] for r in runs],
+                "curves": [r["curve"] for r in runs],
+            }
     return results
 
 
 def markdown(results: dict) -> str:
     s = results["settings"]
-    lines = [f"Pretraining: {s['pretraining_steps']} steps x batch {s['batch_size']} x 128 tokens, lr {s['learning_rate']}; "
-             f"fine-tuning: {s['finetune_steps']} steps x batch 32; seeds {s['seeds']}; mean ± standard deviation.", ""]
-    lines += ["### MLM pretraining, WikiText-2 (train: test split; validation: 1,024 sequences of valid, fixed mask)", "",
-              "| model | parameters | validation perplexity | masked-token accuracy (%) |", "|---|---|---|---|"]
+    lines = [
+        (
+            f"Pretraining: {s['pretraining_steps']} steps x batch {s['batch_size']} x 128 tokens, lr {s['learning_rate']}; "
+            f"fine-tuning: {s['finetune_steps']} steps x batch 32; seeds {s['seeds']}; mean ± standard deviation."
+        ),
+        "",
+    ]
+    lines += [
+        "### MLM pretraining, WikiText-2 (train: test split; validation: 1,024 sequences of valid, fixed mask)",
+        "",
+        "| model | parameters | validation perplexity | masked-token accuracy (%) |",
+        "|---|---|---|---|",
+    ]
     for name, row in results["pretrain"].items():
-        lines.append(f"| {name} | {row['parameters'] / 1e6:.2f}M | {mean_std(row['perplexities'])} | "
-                     f"{mean_std(row['accuracies'], 100)} |")
+        lines.append(
+            f"| {name} | {row['parameters'] / 1e6:.2f}M | {mean_std(row['perplexities'])} | "
+            f"{mean_std(row['accuracies'], 100)} |"
+        )
     lines.append("")
     if "lr" in results:
         rates = sorted({float(rate) for row in results["lr"].values() for rate in row})
-        lines += [f"### Fine-tuning learning rate: SST-2 dev accuracy (%), seed {s['seeds'][0]}, best in bold", "",
-                  "| model | " + " | ".join(f"lr {rate:g}" for rate in rates) + " |", "|---|" + "---|" * len(rates)]
+        lines += [
+            f"### Fine-tuning learning rate: SST-2 dev accuracy (%), seed {s['seeds'][0]}, best in bold",
+            "",
+            "| model | " + " | ".join(f"lr {rate:g}" for rate in rates) + " |",
+            "|---|" + "---|" * len(rates),
+        ]
         for name, by_rate in results["lr"].items():
             best = max(by_rate.values())
-            cells = [f"**{100 * by_rate[str(r)]:.1f}**" if by_rate[str(r)] == best else f"{100 * by_rate[str(r)]:.1f}"
-                     for r in rates if str(r) in by_rate]
+            cells = [
+                f"**{100 * by_rate[str(r)]:.1f}**" if by_rate[str(r)] == best else f"{100 * by_rate[str(r)]:.1f}"
+                for r in rates
+                if str(r) in by_rate
+            ]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
     if "finetune" in results:
-        lines += ["### Fine-tuning (each model at its best SST-2 learning rate; each seed's checkpoint with that seed)", "",
-                  "| task | model | lr | held-out metrics (%) |", "|---|---|---|---|"]
+        lines += [
+            "### Fine-tuning (each model at its best SST-2 learning rate; each seed's checkpoint with that seed)",
+            "",
+            "| task | model | lr | held-out metrics (%) |",
+            "|---|---|---|---|",
+        ]
         for task, rows in results["finetune"].items():
             for name, row in rows.items():
-                shown = ", ".join(f"{label} {mean_std(row[label], 1 if task == 'squad' else 100)}"
-                                  for label, _ in TASK_METRICS[task])
+                shown = ", ".join(
+                    f"{label} {mean_std(row[label], 1 if task == 'squad' else 100)}" for label, _ in TASK_METRICS[task]
+                )
                 lines.append(f"| {TASK_NAMES[task]} | {name} | {row['learning_rate']:g} | {shown} |")
         lines.append("")
     if "recipe" in results:
-        lines += [f"### Recipe probes (seed {s['seeds'][0]}, best rate): accuracy (%)", "",
-                  "| model | probe | SST-2 | MNLI-m (dev split) |", "|---|---|---|---|"]
+        lines += [
+            f"### Recipe probes (seed {s['seeds'][0]}, best rate): accuracy (%)",
+            "",
+            "| model | probe | SST-2 | MNLI-m (dev split) |",
+            "|---|---|---|---|",
+        ]
         for name, probes in results["recipe"].items():
             for probe, by_task in probes.items():
                 cells = [f"{100 * by_task[task]:.1f}" if task in by_task else "–" for task in ("sst2", "mnli")]
                 lines.append(f"| {name} | {probe} | " + " | ".join(cells) + " |")
         lines.append("")
     if "sgu" in results:
-        lines += ["### SGU variants (Table 3), equal steps", "",
-                  "| variant | parameters | validation perplexity | paper (Table 3) |", "|---|---|---|---|"]
+        lines += [
+            "### SGU variants (Table 3), equal steps",
+            "",
+            "| variant | parameters | validation perplexity | paper (Table 3) |",
+            "|---|---|---|---|",
+        ]
         paper = {"linear": "5.14", "additive": "4.97", "multiplicative": "4.53", "multiplicative_split": "4.35"}
         for name, row in results["sgu"].items():
-            lines.append(f"| {name} | {row['parameters'] / 1e6:.2f}M | {mean_std(row['perplexities'])} | {paper[name]} |")
+            lines.append(
+                f"| {name} | {row['parameters'] / 1e6:.2f}M | {mean_std(row['perplexities'])} | {paper[name]} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -404,8 +606,10 @@ def plot_curves(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("pretrain", "curves", "validation perplexity (fixed mask)"),
-              ("pretrain", "train_loss_curves", "training loss")]
+    panels = [
+        ("pretrain", "curves", "validation perplexity (fixed mask)"),
+        ("pretrain", "train_loss_curves", "training loss"),
+    ]
     if "sgu" in results:
         panels.append(("sgu", "curves", "validation perplexity, SGU variants"))
     figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
@@ -413,8 +617,14 @@ def plot_curves(results: dict, path: Path) -> None:
         for index, (name, row) in enumerate(results[suite].items()):
             for seed, curve in enumerate(row[key]):
                 steps, values = zip(*curve)
-                axis.plot(steps, values, "-" if "loss" in key else "o-", color=f"C{index}", alpha=0.7,
-                          label=name if seed == 0 else None)
+                axis.plot(
+                    steps,
+                    values,
+                    "-" if "loss" in key else "o-",
+                    color=f"C{index}",
+                    alpha=0.7,
+                    label=name if seed == 0 else None,
+                )
         axis.set(yscale="log" if "perplexity" in title else "linear", xlabel="step", title=title)
         axis.legend()
         axis.grid(alpha=0.3)
@@ -424,25 +634,44 @@ def plot_curves(results: dict, path: Path) -> None:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suites", nargs="+", default=["pretrain", "lr", "finetune", "recipe"],
-                        choices=["pretrain", "lr", "finetune", "recipe", "sgu"])
+    parser.add_argument(
+        "--suites",
+        nargs="+",
+        default=["pretrain", "lr", "finetune", "recipe"],
+        choices=["pretrain", "lr", "finetune", "recipe", "sgu"],
+    )
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS + SMALL_GLUE_TASKS,
-                        help="fine-tuning tasks (add cola mrpc stsb rte for a GLUE-style table)")
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=list(TASKS),
+        choices=TASKS + SMALL_GLUE_TASKS,
+        help="fine-tuning tasks (add cola mrpc stsb rte for a GLUE-style table)",
+    )
     parser.add_argument("--max_steps", type=int, default=1600, help="MLM pretraining steps per run")
     parser.add_argument("--batch_size", type=int, default=32, help="MLM pretraining batch (sequences of 128 tokens)")
     parser.add_argument("--learning_rate", type=float, default=1e-3, help="MLM pretraining peak learning rate")
     parser.add_argument("--max_eval_samples", type=int, default=1024, help="validation sequences of 128 tokens")
     parser.add_argument("--finetune_steps", type=int, default=1000)
-    parser.add_argument("--finetune_learning_rates", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3],
-                        help="the rates of the lr suite; each model fine-tunes every task at its best one")
+    parser.add_argument(
+        "--finetune_learning_rates",
+        type=float,
+        nargs="+",
+        default=[1e-4, 3e-4, 1e-3],
+        help="the rates of the lr suite; each model fine-tunes every task at its best one",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (threads per run: cores / jobs)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the shared data folder")
-    parser.add_argument("--work_dir", type=Path, default=ROOT.parent / "quality-work", help="checkpoints, logs, splits")
+    parser.add_argument(
+        "--work_dir", type=Path, default=ROOT.parent / "quality-work", help="checkpoints, logs, splits"
+    )
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "quality.json")
-    parser.add_argument("--report_only", action="store_true",
-                        help="start no run: write the tables from the finished runs' records (missing ones are left out)")
+    parser.add_argument(
+        "--report_only",
+        action="store_true",
+        help="start no run: write the tables from the finished runs' records (missing ones are left out)",
+    )
     return parser.parse_args(argv)
 
 

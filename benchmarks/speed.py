@@ -26,15 +26,19 @@ from pathlib import Path
 import torch
 from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from gmlp import GMLPConfig, GMLPForCausalLM, GMLPForMaskedLM  # noqa: E402
-
+from gmlp import GMLPConfig, GMLPForCausalLM, GMLPForMaskedLM
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**34), "MALLOC_TRIM_THRESHOLD_": str(2**34)}
 # The configuration of the issue's measurement of g-mlp-pytorch (the paper's Toeplitz W for MLM).
-BASE = dict(vocab_size=30522, hidden_size=256, num_hidden_layers=12, intermediate_size=1536, max_position_embeddings=128)
+BASE = {
+    "vocab_size": 30522,
+    "hidden_size": 256,
+    "num_hidden_layers": 12,
+    "intermediate_size": 1536,
+    "max_position_embeddings": 128,
+}
 BATCH_SIZE = 8
 MASK_PROBABILITY = 0.15
 
@@ -55,15 +59,21 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
-def bert_config_matching(target_parameters: int | None, length: int, intermediate_size: int | None = None,
-                         **overrides) -> BertConfig:
+def bert_config_matching(
+    target_parameters: int | None, length: int, intermediate_size: int | None = None, **overrides
+) -> BertConfig:
     """BERT with gMLP's width and depth (4 heads of 64) and the FFN width that matches the parameter count
     (or the given `intermediate_size`)."""
 
     def config(size):
         return BertConfig(
-            vocab_size=BASE["vocab_size"], hidden_size=BASE["hidden_size"], num_hidden_layers=BASE["num_hidden_layers"],
-            num_attention_heads=4, intermediate_size=size, max_position_embeddings=length, **overrides
+            vocab_size=BASE["vocab_size"],
+            hidden_size=BASE["hidden_size"],
+            num_hidden_layers=BASE["num_hidden_layers"],
+            num_attention_heads=4,
+            intermediate_size=size,
+            max_position_embeddings=length,
+            **overrides,
         )
 
     if intermediate_size is None:
@@ -77,9 +87,17 @@ def gpt2_matching(target_parameters: int) -> GPT2Config:
     """GPT-2 with gMLP's width and depth (4 heads of 64), n = 512 and the FFN width that matches the count."""
 
     def config(size):
-        return GPT2Config(vocab_size=GENERATION["vocab_size"], n_positions=GENERATION["max_position_embeddings"],
-                          n_embd=GENERATION["hidden_size"], n_layer=GENERATION["num_hidden_layers"], n_head=4,
-                          n_inner=size, pad_token_id=0, bos_token_id=None, eos_token_id=None)
+        return GPT2Config(
+            vocab_size=GENERATION["vocab_size"],
+            n_positions=GENERATION["max_position_embeddings"],
+            n_embd=GENERATION["hidden_size"],
+            n_layer=GENERATION["num_hidden_layers"],
+            n_head=4,
+            n_inner=size,
+            pad_token_id=0,
+            bos_token_id=None,
+            eos_token_id=None,
+        )
 
     low, high = (count_parameters(GPT2LMHeadModel(config(size))) for size in (256, 512))
     return config(round(256 + (target_parameters - low) * 256 / (high - low)))
@@ -92,8 +110,14 @@ def g_mlp_pytorch_model(length: int):
     from g_mlp_pytorch import gMLP
 
     return gMLP(
-        num_tokens=BASE["vocab_size"], dim=BASE["hidden_size"], depth=BASE["num_hidden_layers"], seq_len=length,
-        ff_mult=BASE["intermediate_size"] // BASE["hidden_size"], heads=1, causal=False, circulant_matrix=False,
+        num_tokens=BASE["vocab_size"],
+        dim=BASE["hidden_size"],
+        depth=BASE["num_hidden_layers"],
+        seq_len=length,
+        ff_mult=BASE["intermediate_size"] // BASE["hidden_size"],
+        heads=1,
+        causal=False,
+        circulant_matrix=False,
     )
 
 
@@ -127,7 +151,7 @@ def training_cases(only: str | None = None, bert_intermediate_size: int | None =
         target = count_parameters(GMLPForMaskedLM(gmlp_config()))
         bert_intermediate_size = bert_config_matching(target, length).intermediate_size
     bert_config = bert_config_matching(None, length, intermediate_size=bert_intermediate_size)
-    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
     def hf_loss(model, input_ids, labels):
         return model(input_ids=input_ids, labels=labels).loss
@@ -138,18 +162,27 @@ def training_cases(only: str | None = None, bert_intermediate_size: int | None =
     factories = {
         "gmlp (full logits)": (lambda: GMLPForMaskedLM(gmlp_config()), hf_loss, "GMLPForMaskedLM, default output"),
         "gmlp sparse_prediction": (
-            lambda: GMLPForMaskedLM(gmlp_config()), sparse_loss, "GMLPForMaskedLM, sparse_prediction=True"),
+            lambda: GMLPForMaskedLM(gmlp_config()),
+            sparse_loss,
+            "GMLPForMaskedLM, sparse_prediction=True",
+        ),
         "BertForMaskedLM": (lambda: BertForMaskedLM(bert_config), hf_loss, "default dropout 0.1, full logits"),
         "BertForMaskedLM no dropout": (
-            lambda: BertForMaskedLM(bert_config_matching(None, length, intermediate_size=bert_intermediate_size,
-                                                         **no_dropout)),
-            hf_loss, "dropout 0, full logits",
+            lambda: BertForMaskedLM(
+                bert_config_matching(None, length, intermediate_size=bert_intermediate_size, **no_dropout)
+            ),
+            hf_loss,
+            "dropout 0, full logits",
         ),
         "BERT sparse logits": (
-            lambda: BertForMaskedLM(bert_config), sparse_bert_loss, "BertModel + cls head at labelled positions only"
+            lambda: BertForMaskedLM(bert_config),
+            sparse_bert_loss,
+            "BertModel + cls head at labelled positions only",
         ),
         "g-mlp-pytorch": (
-            lambda: g_mlp_pytorch_model(length), g_mlp_pytorch_loss, "gMLP(..., circulant_matrix=False), no dropout"
+            lambda: g_mlp_pytorch_model(length),
+            g_mlp_pytorch_loss,
+            "gMLP(..., circulant_matrix=False), no dropout",
         ),
     }
     cases = {}
@@ -293,11 +326,15 @@ def run_inference(args, peak: float) -> dict:
     wanted = ["gmlp (full logits)", "BertForMaskedLM", "BertForMaskedLM no dropout", "g-mlp-pytorch"]
     input_ids, labels = mlm_batch(BATCH_SIZE, BASE["max_position_embeddings"])
     encoders = {name: encoder_fn(name, cases[name][0]) for name in wanted if name in cases}
-    names = {"gmlp (full logits)": "gmlp encoder", "BertForMaskedLM": "BERT encoder (sdpa)",
-             "BertForMaskedLM no dropout": "BERT encoder, dropout-off config", "g-mlp-pytorch": "g-mlp-pytorch encoder"}
+    names = {
+        "gmlp (full logits)": "gmlp encoder",
+        "BertForMaskedLM": "BERT encoder (sdpa)",
+        "BertForMaskedLM no dropout": "BERT encoder, dropout-off config",
+        "g-mlp-pytorch": "g-mlp-pytorch encoder",
+    }
     steps = {}
     for name, encoder in encoders.items():
-        steps[names[name]] = (lambda encoder=encoder: encoder(input_ids))
+        steps[names[name]] = lambda encoder=encoder: encoder(input_ids)
     with torch.inference_mode():
         times = interleaved(steps, args.rounds, warmup=2, repeats=args.repeats * 2)
     rows = {}
@@ -331,15 +368,22 @@ def run_compile(args) -> dict:
     compile_seconds = time.perf_counter() - start
     train = interleaved(
         {"eager": training_step_fn(eager, loss_fn, input_ids, labels), "compiled": compiled_step},
-        args.rounds, warmup=1, repeats=args.repeats,
+        args.rounds,
+        warmup=1,
+        repeats=args.repeats,
     )
     eager.eval()
     compiled.eval()
     compiled_encoder = torch.compile(compiled.gmlp)
     with torch.inference_mode():
         infer = interleaved(
-            {"eager": lambda: eager.gmlp(input_ids=input_ids), "compiled": lambda: compiled_encoder(input_ids=input_ids)},
-            args.rounds, warmup=2, repeats=args.repeats * 2,
+            {
+                "eager": lambda: eager.gmlp(input_ids=input_ids),
+                "compiled": lambda: compiled_encoder(input_ids=input_ids),
+            },
+            args.rounds,
+            warmup=2,
+            repeats=args.repeats * 2,
         )
     return {
         "first_step_seconds_with_compilation": compile_seconds,
@@ -357,8 +401,12 @@ def run_generation(args) -> dict:
     gmlp = GMLPForCausalLM(GMLPConfig(**GENERATION, is_decoder=True)).eval()
     gpt2 = GPT2LMHeadModel(gpt2_matching(count_parameters(gmlp))).eval()
     fixed = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "do_sample": False, "pad_token_id": 0}
-    result = {"parameters": {"gmlp": count_parameters(gmlp), "gpt2": count_parameters(gpt2)},
-              "prompt_length": PROMPT_LENGTH, "new_tokens": NEW_TOKENS, "batches": {}}
+    result = {
+        "parameters": {"gmlp": count_parameters(gmlp), "gpt2": count_parameters(gpt2)},
+        "prompt_length": PROMPT_LENGTH,
+        "new_tokens": NEW_TOKENS,
+        "batches": {},
+    }
     for batch_size in (1, 8):
         prompt = torch.randint(5, GENERATION["vocab_size"], (batch_size, PROMPT_LENGTH))
         mask = torch.ones_like(prompt)
@@ -366,8 +414,11 @@ def run_generation(args) -> dict:
         def generate(model, use_cache, prompt=prompt, mask=mask):
             return lambda: model.generate(prompt, attention_mask=mask, use_cache=use_cache, **fixed)
 
-        steps = {"gmlp cached": generate(gmlp, True), "gmlp uncached": generate(gmlp, False),
-                 "GPT2LMHeadModel (KV cache)": generate(gpt2, True)}
+        steps = {
+            "gmlp cached": generate(gmlp, True),
+            "gmlp uncached": generate(gmlp, False),
+            "GPT2LMHeadModel (KV cache)": generate(gpt2, True),
+        }
         for model in (gmlp, gpt2):  # one short warm-up each: the uncached run is too long to warm up whole
             model.generate(prompt, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0)
         times = interleaved(steps, rounds=args.generation_rounds, warmup=0)
@@ -411,13 +462,13 @@ def run_scaling(args) -> dict:
         modules, gate_size = spatial_projection_cases(length)
         gate = torch.randn(batch, length, gate_size, requires_grad=True)
 
-        def projection_step(module=None):
+        def projection_step(module, gate=gate):
             module(gate).sum().backward()
 
         steps = {name: (lambda m=m: projection_step(m)) for name, m in modules.items()}
         spatial = interleaved(steps, args.rounds, warmup=1)
 
-        layers = dict(num_hidden_layers=args.scaling_layers, max_position_embeddings=length)
+        layers = {"num_hidden_layers": args.scaling_layers, "max_position_embeddings": length}
         torch.manual_seed(0)
         encoders = {
             "gmlp dense W": GMLPModel(gmlp_config(spatial_weight_type="dense", **layers)),
@@ -428,12 +479,14 @@ def run_scaling(args) -> dict:
         }
         input_ids = torch.randint(5, BASE["vocab_size"], (batch, length))
 
-        def encoder_step(model):
+        def encoder_step(model, input_ids=input_ids):
             model.train()
             model(input_ids=input_ids).last_hidden_state.mean().backward()
             model.zero_grad(set_to_none=True)
 
-        encoder = interleaved({n: (lambda m=m: encoder_step(m)) for n, m in encoders.items()}, args.scaling_rounds, warmup=1)
+        encoder = interleaved(
+            {n: (lambda m=m: encoder_step(m)) for n, m in encoders.items()}, args.scaling_rounds, warmup=1
+        )
         tokens = batch * length
         results["lengths"][length] = {
             "batch_size": batch,
@@ -460,9 +513,17 @@ def _bert_for_scaling(target: int, length: int, layers: int) -> BertConfig:
 def measure_memory_in_subprocess(name: str, bert_intermediate_size: int) -> float | None:
     """Peak resident memory a fresh process adds while running three training steps of one case (MiB): weights
     are in the baseline; optimizer state, gradients and activations are counted."""
-    command = [sys.executable, __file__, "--memory-case", name, "--threads", str(torch.get_num_threads()),
-               "--bert-intermediate-size", str(bert_intermediate_size)]
-    result = subprocess.run(command, capture_output=True, text=True, env=os.environ)
+    command = [
+        sys.executable,
+        __file__,
+        "--memory-case",
+        name,
+        "--threads",
+        str(torch.get_num_threads()),
+        "--bert-intermediate-size",
+        str(bert_intermediate_size),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, env=os.environ, check=False)
     if result.returncode:
         print(result.stderr[-2000:], file=sys.stderr)
         return None
@@ -503,26 +564,35 @@ def machine_info(threads: int, peak: float) -> dict:
     except OSError:
         pass
     return {
-        "cpu": cpu, "cores": os.cpu_count(), "threads": threads, "torch": torch.__version__,
-        "python": platform.python_version(), "allocator_env": {k: os.environ.get(k) for k in ALLOCATOR_ENV},
-        "matmul_peak_gflops_fp32": peak / 1e9, "load_average_at_start": os.getloadavg(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "threads": threads,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "allocator_env": {k: os.environ.get(k) for k in ALLOCATOR_ENV},
+        "matmul_peak_gflops_fp32": peak / 1e9,
+        "load_average_at_start": os.getloadavg(),
     }
 
 
 def markdown(results: dict) -> str:
     machine = results["machine"]
     lines = [
-        f"Machine: {machine['cpu']}, {machine['threads']} threads, torch {machine['torch']}, fp32; measured dense "
-        f"matmul peak {machine['matmul_peak_gflops_fp32']:.0f} GFLOP/s; allocator env {machine['allocator_env']}; "
-        f"load average at start {tuple(round(x, 1) for x in machine['load_average_at_start'])}.",
+        (
+            f"Machine: {machine['cpu']}, {machine['threads']} threads, torch {machine['torch']}, fp32; measured dense "
+            f"matmul peak {machine['matmul_peak_gflops_fp32']:.0f} GFLOP/s; allocator env {machine['allocator_env']}; "
+            f"load average at start {tuple(round(x, 1) for x in machine['load_average_at_start'])}."
+        ),
         "",
     ]
     if "training" in results:
         training = results["training"]
         lines += [
-            f"### MLM training step (forward + backward + AdamW), d_model 256, 12 layers, d_ffn 1536, n 128, "
-            f"vocab 30,522, batch 8, 15% labelled; BERT: 12 layers, hidden 256, 4 heads, intermediate "
-            f"{training['bert_intermediate_size']}",
+            (
+                f"### MLM training step (forward + backward + AdamW), d_model 256, 12 layers, d_ffn 1536, n 128, "
+                f"vocab 30,522, batch 8, 15% labelled; BERT: 12 layers, hidden 256, 4 heads, intermediate "
+                f"{training['bert_intermediate_size']}"
+            ),
             "",
             "| model | parameters | tokens/s | vs BertForMaskedLM | vs g-mlp-pytorch | GFLOP/step | MFU | peak step memory (MiB) |",
             "|---|---|---|---|---|---|---|---|",
@@ -537,28 +607,44 @@ def markdown(results: dict) -> str:
             )
         lines.append("")
     if "inference" in results:
-        lines += ["### Encoder inference (no vocabulary projection), batch 8 x 128", "",
-                  "| model | tokens/s | vs BERT encoder | MFU |", "|---|---|---|---|"]
+        lines += [
+            "### Encoder inference (no vocabulary projection), batch 8 x 128",
+            "",
+            "| model | tokens/s | vs BERT encoder | MFU |",
+            "|---|---|---|---|",
+        ]
         for name, row in results["inference"]["rows"].items():
-            lines.append(f"| {name} | {row['tokens_per_second']:.0f} | {row['vs_BERT_encoder']:.2f}x | {100 * row['mfu']:.0f}% |")
+            lines.append(
+                f"| {name} | {row['tokens_per_second']:.0f} | {row['vs_BERT_encoder']:.2f}x | {100 * row['mfu']:.0f}% |"
+            )
         lines.append("")
     if "compile" in results:
         c = results["compile"]
         lines += [
-            "### torch.compile (GMLPForMaskedLM, sparse_prediction)", "",
-            "| | eager tokens/s | compiled tokens/s | speed-up |", "|---|---|---|---|",
-            f"| training step | {c['training_tokens_per_second']['eager']:.0f} | "
-            f"{c['training_tokens_per_second']['compiled']:.0f} | {c['training_speedup']:.2f}x |",
-            f"| encoder inference | {c['inference_tokens_per_second']['eager']:.0f} | "
-            f"{c['inference_tokens_per_second']['compiled']:.0f} | {c['inference_speedup']:.2f}x |",
-            f"\nFirst compiled step (including compilation): {c['first_step_seconds_with_compilation']:.0f} s.", "",
+            "### torch.compile (GMLPForMaskedLM, sparse_prediction)",
+            "",
+            "| | eager tokens/s | compiled tokens/s | speed-up |",
+            "|---|---|---|---|",
+            (
+                f"| training step | {c['training_tokens_per_second']['eager']:.0f} | "
+                f"{c['training_tokens_per_second']['compiled']:.0f} | {c['training_speedup']:.2f}x |"
+            ),
+            (
+                f"| encoder inference | {c['inference_tokens_per_second']['eager']:.0f} | "
+                f"{c['inference_tokens_per_second']['compiled']:.0f} | {c['inference_speedup']:.2f}x |"
+            ),
+            f"\nFirst compiled step (including compilation): {c['first_step_seconds_with_compilation']:.0f} s.",
+            "",
         ]
     if "generation" in results:
         g = results["generation"]
         lines += [
-            f"### generate(): {g['new_tokens']} greedy tokens after a {g['prompt_length']}-token prompt, d_model 256, "
-            f"12 layers, n 512 (gMLP {g['parameters']['gmlp'] / 1e6:.2f}M, GPT-2 {g['parameters']['gpt2'] / 1e6:.2f}M "
-            "parameters), new tokens/s", "",
+            (
+                f"### generate(): {g['new_tokens']} greedy tokens after a {g['prompt_length']}-token prompt, d_model 256, "
+                f"12 layers, n 512 (gMLP {g['parameters']['gmlp'] / 1e6:.2f}M, GPT-2 {g['parameters']['gpt2'] / 1e6:.2f}M "
+                "parameters), new tokens/s"
+            ),
+            "",
             "| batch | gMLP cached | gMLP uncached | GPT2LMHeadModel (KV cache) | cached vs uncached | cached vs GPT-2 |",
             "|---|---|---|---|---|---|",
         ]
@@ -572,8 +658,10 @@ def markdown(results: dict) -> str:
     if "scaling" in results:
         s = results["scaling"]
         lines += [
-            f"### Sequence-length scaling, {s['tokens_per_step']} tokens per step (forward + backward)", "",
-            "Spatial projection alone (gate of 768 channels), ms per step:", "",
+            f"### Sequence-length scaling, {s['tokens_per_step']} tokens per step (forward + backward)",
+            "",
+            "Spatial projection alone (gate of 768 channels), ms per step:",
+            "",
             "| length | batch | dense W | Toeplitz direct | Toeplitz FFT | FFT vs dense | FFT vs direct |",
             "|---|---|---|---|---|---|---|",
         ]
@@ -583,9 +671,13 @@ def markdown(results: dict) -> str:
                 f"| {length} | {row['batch_size']} | {ms['dense W']:.1f} | {ms['Toeplitz direct']:.1f} | "
                 f"{ms['Toeplitz FFT']:.1f} | {row['fft_vs_dense_spatial']:.2f}x | {row['fft_vs_direct_spatial']:.2f}x |"
             )
-        lines += ["", f"Whole encoder ({s['encoder_layers']} layers), tokens/s:", "",
-                  "| length | gmlp dense W | gmlp Toeplitz direct | gmlp Toeplitz FFT | BERT (sdpa, attention dropout 0) |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"Whole encoder ({s['encoder_layers']} layers), tokens/s:",
+            "",
+            "| length | gmlp dense W | gmlp Toeplitz direct | gmlp Toeplitz FFT | BERT (sdpa, attention dropout 0) |",
+            "|---|---|---|---|---|",
+        ]
         for length, row in s["lengths"].items():
             t = row["encoder_tokens_per_second"]
             lines.append(
@@ -605,13 +697,32 @@ def plot_scaling(scaling: dict, path: Path) -> None:
     lengths = [int(length) for length in scaling["lengths"]]
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for name in ("dense W", "Toeplitz direct", "Toeplitz FFT"):
-        left.plot(lengths, [scaling["lengths"][k]["spatial_projection_ms"][name] for k in scaling["lengths"]], "o-", label=name)
-    left.set(xscale="log", yscale="log", xlabel="sequence length", ylabel="ms per step (fwd + bwd)",
-             title=f"Spatial projection, {scaling['tokens_per_step']} tokens/step")
+        left.plot(
+            lengths,
+            [scaling["lengths"][k]["spatial_projection_ms"][name] for k in scaling["lengths"]],
+            "o-",
+            label=name,
+        )
+    left.set(
+        xscale="log",
+        yscale="log",
+        xlabel="sequence length",
+        ylabel="ms per step (fwd + bwd)",
+        title=f"Spatial projection, {scaling['tokens_per_step']} tokens/step",
+    )
     for name in ("gmlp dense W", "gmlp Toeplitz direct", "gmlp Toeplitz FFT", "BERT"):
-        right.plot(lengths, [scaling["lengths"][k]["encoder_tokens_per_second"][name] for k in scaling["lengths"]], "o-", label=name)
-    right.set(xscale="log", xlabel="sequence length", ylabel="tokens/s (fwd + bwd)",
-              title=f"Encoder ({scaling['encoder_layers']} layers)")
+        right.plot(
+            lengths,
+            [scaling["lengths"][k]["encoder_tokens_per_second"][name] for k in scaling["lengths"]],
+            "o-",
+            label=name,
+        )
+    right.set(
+        xscale="log",
+        xlabel="sequence length",
+        ylabel="tokens/s (fwd + bwd)",
+        title=f"Encoder ({scaling['encoder_layers']} layers)",
+    )
     for axis in (left, right):
         axis.set_xticks(lengths, [str(length) for length in lengths])
         axis.legend()
@@ -623,8 +734,11 @@ def plot_scaling(scaling: dict, path: Path) -> None:
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
-    parser.add_argument("--sections", default="training,inference,scaling,compile",
-                        help="comma-separated subset of training,inference,scaling,compile,generation")
+    parser.add_argument(
+        "--sections",
+        default="training,inference,scaling,compile",
+        help="comma-separated subset of training,inference,scaling,compile,generation",
+    )
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per table")
     parser.add_argument("--repeats", type=int, default=2, help="steps per case per round")
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])

@@ -30,7 +30,6 @@ from .modeling_gmlp import (
     GMLPVisionPreTrainedModel,
 )
 
-
 __version__ = "0.1.0"
 
 _AUTO_CLASSES = {

@@ -3,7 +3,6 @@
 from huggingface_hub.dataclasses import strict
 from transformers.configuration_utils import PreTrainedConfig
 
-
 SGU_VARIANTS = ("multiplicative_split", "multiplicative", "additive", "linear")
 SPATIAL_WEIGHT_TYPES = ("toeplitz", "dense")
 CLASSIFIER_POOLINGS = ("first", "mean")
@@ -174,7 +173,9 @@ class GMLPConfig(PreTrainedConfig):
                 f"intermediate_size {self.intermediate_size}, sgu_variant {self.sgu_variant!r})."
             )
         if self.tiny_attention_size < 0:
-            raise ValueError(f"`tiny_attention_size` must be 0 (gMLP) or positive (aMLP), got {self.tiny_attention_size}.")
+            raise ValueError(
+                f"`tiny_attention_size` must be 0 (gMLP) or positive (aMLP), got {self.tiny_attention_size}."
+            )
         if self.spatial_init_eps < 0:
             raise ValueError(f"`spatial_init_eps` must be non-negative, got {self.spatial_init_eps}.")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate"):
@@ -346,4 +347,4 @@ class GMLPVisionConfig(PreTrainedConfig):
                 raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
 
 
-__all__ = ["AUTO_MAP", "GMLPConfig", "GMLPVisionConfig", "PRESETS", "VISION_AUTO_MAP", "VISION_PRESETS"]
+__all__ = ["AUTO_MAP", "PRESETS", "VISION_AUTO_MAP", "VISION_PRESETS", "GMLPConfig", "GMLPVisionConfig"]

@@ -58,8 +58,11 @@ def convert_timm_state_dict(timm_state_dict: dict[str, torch.Tensor]) -> dict[st
 
 def config_from_timm_state_dict(timm_state_dict: dict[str, torch.Tensor], **overrides) -> GMLPVisionConfig:
     """The `GMLPVisionConfig` whose model has exactly the shapes of the given timm gMLP state dict."""
-    missing = [name for name in ("stem.proj.weight", "blocks.0.mlp_channels.gate.proj.weight", "head.weight")
-               if name not in timm_state_dict]
+    missing = [
+        name
+        for name in ("stem.proj.weight", "blocks.0.mlp_channels.gate.proj.weight", "head.weight")
+        if name not in timm_state_dict
+    ]
     if missing:
         raise ValueError(f"Not a timm gMLP classifier state dict: it has no {', '.join(missing)}.")
     hidden_size, num_channels, patch_size, _ = timm_state_dict["stem.proj.weight"].shape

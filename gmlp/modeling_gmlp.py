@@ -17,8 +17,8 @@ from transformers.generation import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
-    CausalLMOutputWithPast,
     BaseModelOutputWithPooling,
+    CausalLMOutputWithPast,
     ImageClassifierOutput,
     MaskedLMOutput,
     MultipleChoiceModelOutput,
@@ -281,7 +281,9 @@ class GMLPLayer(GradientCheckpointingLayer):
         if self.tiny_attention is not None:
             query, key, value = self.tiny_attention.project(normed)
         if past_key_values is not None:
-            key_value = torch.cat([key, value], dim=-1) if key is not None else gate.new_zeros(gate.shape[0], 1, length, 0)
+            key_value = (
+                torch.cat([key, value], dim=-1) if key is not None else gate.new_zeros(gate.shape[0], 1, length, 0)
+            )
             gate, key_value = past_key_values.update(gate[:, None], key_value, self.layer_idx)
             gate = gate[:, 0]
             if key is not None:
@@ -460,12 +462,15 @@ class GMLPModel(GMLPPreTrainedModel):
         else:
             key_positions = torch.arange(cached + length, device=self.device).expand(batch_size, -1)
         query_positions = position_ids if position_ids is not None else key_positions[:, -length:]
-        if not is_torchdynamo_compiling() and position_ids is not None:
-            if int(position_ids.min()) < 0 or int(position_ids.max()) >= self.config.max_position_embeddings:
-                raise ValueError(
-                    f"position_ids must be in [0, {self.config.max_position_embeddings - 1}] (the model's n = "
-                    f"max_position_embeddings), got values from {int(position_ids.min())} to {int(position_ids.max())}."
-                )
+        if (
+            not is_torchdynamo_compiling()
+            and position_ids is not None
+            and (int(position_ids.min()) < 0 or int(position_ids.max()) >= self.config.max_position_embeddings)
+        ):
+            raise ValueError(
+                f"position_ids must be in [0, {self.config.max_position_embeddings - 1}] (the model's n = "
+                f"max_position_embeddings), got values from {int(position_ids.min())} to {int(position_ids.max())}."
+            )
         return query_positions, key_positions
 
     def _check_input_shape(self, input_shape, attention_mask, token_type_ids, cached: int = 0):
@@ -676,8 +681,10 @@ def sequence_classification_loss(config: GMLPConfig, logits: torch.Tensor, label
         else:
             config.problem_type = "multi_label_classification"
     if config.problem_type == "regression":
-        return MSELoss()(logits.squeeze(), labels.squeeze().to(logits.dtype)) if num_labels == 1 else MSELoss()(
-            logits, labels
+        return (
+            MSELoss()(logits.squeeze(), labels.squeeze().to(logits.dtype))
+            if num_labels == 1
+            else MSELoss()(logits, labels)
         )
     if config.problem_type == "single_label_classification":
         check_labels(labels, num_labels)

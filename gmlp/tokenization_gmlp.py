@@ -32,7 +32,6 @@ from tokenizers import (
 )
 from transformers import PreTrainedTokenizerFast
 
-
 MODEL_TYPES = ("wordpiece", "unigram")
 PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN]

@@ -35,8 +35,13 @@ def middle_token_filters(weights: list[np.ndarray], head: int = 0) -> np.ndarray
 def default_patches(grid_size: int) -> list[int]:
     """Five patches to show: the centre one and one in each quadrant, as row-major patch indices."""
     quarter, centre, three_quarters = grid_size // 4, grid_size // 2, (3 * grid_size) // 4
-    rows_cols = [(centre, centre), (quarter, quarter), (quarter, three_quarters), (three_quarters, quarter),
-                 (three_quarters, three_quarters)]
+    rows_cols = [
+        (centre, centre),
+        (quarter, quarter),
+        (quarter, three_quarters),
+        (three_quarters, quarter),
+        (three_quarters, three_quarters),
+    ]
     return [row * grid_size + col for row, col in rows_cols]
 
 

@@ -12,15 +12,49 @@ import run_glue
 import run_image_classification
 import run_mlm
 import run_squad
-from gmlp.tokenization_gmlp import train_tokenizer
 from gmlp.tasks.training import checkpoint_problem
+from gmlp.tokenization_gmlp import train_tokenizer
 
-WORDS = "the cat sat on a red mat while an old dog slept by the warm fire and the king sang to his sister".split()
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "red",
+    "mat",
+    "while",
+    "an",
+    "old",
+    "dog",
+    "slept",
+    "by",
+    "the",
+    "warm",
+    "fire",
+    "and",
+    "the",
+    "king",
+    "sang",
+    "to",
+    "his",
+    "sister",
+]
 TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=32,vocab_size=120"
 TINY_LABELLED = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=32"
 CONTEXT = "the red fox lives in the green forest near the old river and eats small birds every day"
-COMMON = ["--report_to", "none", "--save_strategy", "no", "--per_device_train_batch_size", "2",
-          "--per_device_eval_batch_size", "2", "--max_steps", "1"]
+COMMON = [
+    "--report_to",
+    "none",
+    "--save_strategy",
+    "no",
+    "--per_device_train_batch_size",
+    "2",
+    "--per_device_eval_batch_size",
+    "2",
+    "--max_steps",
+    "1",
+]
 
 
 def sentences(count: int) -> list[str]:
@@ -51,9 +85,24 @@ def squad_json(answer_start_shift: int = 0, answers=None, start=None) -> str:
 
 # ---- run_mlm.py -----------------------------------------------------------------------------------------------
 def mlm_args(tokenizer_dir, tmp_path, train, *extra):
-    return ["--config_name", "gmlp-tiny", "--config_overrides", TINY, "--tokenizer_name", tokenizer_dir,
-            "--train_file", str(train), "--output_dir", str(tmp_path / "out"), "--do_train", "--do_eval",
-            "--max_seq_length", "16", *COMMON, *extra]
+    return [
+        "--config_name",
+        "gmlp-tiny",
+        "--config_overrides",
+        TINY,
+        "--tokenizer_name",
+        tokenizer_dir,
+        "--train_file",
+        str(train),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--do_train",
+        "--do_eval",
+        "--max_seq_length",
+        "16",
+        *COMMON,
+        *extra,
+    ]
 
 
 MLM_FILES = {
@@ -87,7 +136,9 @@ def test_line_by_line_logs_the_tokens_it_truncates(tokenizer_dir, tmp_path, capl
     train = write(tmp_path / "train.txt", "\n".join([" ".join(WORDS * 10)] * 4) + "\n")
     with caplog.at_level(logging.WARNING, logger="gmlp"):
         run_mlm.main(mlm_args(tokenizer_dir, tmp_path, train, "--line_by_line", "--validation_file", str(train)))
-    message = next(record.getMessage() for record in caplog.records if "--line_by_line: The train file" in record.getMessage())
+    message = next(
+        record.getMessage() for record in caplog.records if "--line_by_line: The train file" in record.getMessage()
+    )
     assert "4 of 4 lines longer than --max_seq_length 16" in message
     assert f"{train}" in message and "Without --line_by_line" in message
     lost = int(message.split(" lost ")[1].split(" of ")[0].replace(",", ""))
@@ -105,8 +156,19 @@ def test_an_output_dir_with_another_runs_results_is_refused_unless_overwritten(t
     run_mlm.main(mlm_args(tokenizer_dir, tmp_path, train))
     out = tmp_path / "out"
     assert "train_loss" in json.loads((out / "all_results.json").read_text())
-    evaluate = ["--model_name_or_path", str(out), "--validation_file", str(train), "--output_dir", str(out),
-                "--do_eval", "--max_seq_length", "16", "--report_to", "none"]
+    evaluate = [
+        "--model_name_or_path",
+        str(out),
+        "--validation_file",
+        str(train),
+        "--output_dir",
+        str(out),
+        "--do_eval",
+        "--max_seq_length",
+        "16",
+        "--report_to",
+        "none",
+    ]
     with pytest.raises(FileExistsError, match="holds the results of an earlier run.*--overwrite_output_dir"):
         run_mlm.main(evaluate)
     run_mlm.main([*evaluate, "--overwrite_output_dir"])
@@ -145,16 +207,40 @@ def test_truncated_weights_are_named(tokenizer_dir, tmp_path):
     weights = tmp_path / "out" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-50])
     with pytest.raises(ValueError, match="truncated or corrupt") as error:
-        run_mlm.main(["--model_name_or_path", str(tmp_path / "out"), "--validation_file", str(train),
-                      "--output_dir", str(tmp_path / "eval"), "--do_eval", "--report_to", "none"])
+        run_mlm.main(
+            [
+                "--model_name_or_path",
+                str(tmp_path / "out"),
+                "--validation_file",
+                str(train),
+                "--output_dir",
+                str(tmp_path / "eval"),
+                "--do_eval",
+                "--report_to",
+                "none",
+            ]
+        )
     assert str(weights) in str(error.value)
 
 
 # ---- run_glue.py ----------------------------------------------------------------------------------------------
 def glue_args(tokenizer_dir, tmp_path, *extra):
-    return ["--config_name", "gmlp-tiny", "--config_overrides", TINY_LABELLED, "--tokenizer_name", tokenizer_dir,
-            "--output_dir", str(tmp_path / "out"), "--do_train", "--do_eval", "--max_seq_length", "32", *COMMON,
-            *extra]
+    return [
+        "--config_name",
+        "gmlp-tiny",
+        "--config_overrides",
+        TINY_LABELLED,
+        "--tokenizer_name",
+        tokenizer_dir,
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--do_train",
+        "--do_eval",
+        "--max_seq_length",
+        "32",
+        *COMMON,
+        *extra,
+    ]
 
 
 def labelled_csv(blank_row: int | None = None) -> str:
@@ -166,8 +252,9 @@ def labelled_csv(blank_row: int | None = None) -> str:
 def test_a_blank_label_is_named_by_its_row(task, tokenizer_dir, tmp_path):
     train = write(tmp_path / "train.csv", labelled_csv(blank_row=5))
     with pytest.raises(ValueError, match=r"1 example\(s\) have an empty label \(example 5") as error:
-        run_glue.main(glue_args(tokenizer_dir, tmp_path, *task, "--train_file", str(train),
-                                "--validation_file", str(train)))
+        run_glue.main(
+            glue_args(tokenizer_dir, tmp_path, *task, "--train_file", str(train), "--validation_file", str(train))
+        )
     assert str(train) in str(error.value)
 
 
@@ -190,9 +277,24 @@ def test_run_glue_names_a_bad_glue_dir_file(case, tokenizer_dir, tmp_path):
 # ---- run_squad.py ---------------------------------------------------------------------------------------------
 def squad_args(tokenizer_dir, tmp_path, train, *extra):
     validation = write(tmp_path / "dev.json", squad_json())
-    return ["--config_name", "gmlp-tiny", "--config_overrides", TINY, "--tokenizer_name", tokenizer_dir,
-            "--train_file", str(train), "--validation_file", str(validation), "--output_dir", str(tmp_path / "out"),
-            "--do_train", "--do_eval", *COMMON, *extra]
+    return [
+        "--config_name",
+        "gmlp-tiny",
+        "--config_overrides",
+        TINY,
+        "--tokenizer_name",
+        tokenizer_dir,
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(validation),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--do_train",
+        "--do_eval",
+        *COMMON,
+        *extra,
+    ]
 
 
 SQUAD_FILES = {
@@ -219,8 +321,9 @@ def test_run_squad_can_skip_the_bad_answers_with_a_count(tokenizer_dir, tmp_path
     train = write(tmp_path / "train.json", json.dumps(good))
     with caplog.at_level(logging.WARNING, logger="gmlp"):
         run_squad.main(squad_args(tokenizer_dir, tmp_path, train, "--skip_invalid_answers"))
-    assert any("skipping 1 of 4 training questions" in r.getMessage() and "shifted" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "skipping 1 of 4 training questions" in r.getMessage() and "shifted" in r.getMessage() for r in caplog.records
+    )
     assert json.loads((tmp_path / "out" / "train_results.json").read_text())["train_samples"] >= 3
 
 
@@ -234,7 +337,9 @@ def test_run_squad_names_a_non_utf8_file(tokenizer_dir, tmp_path):
 def test_run_squad_defaults_fit_a_model_of_128_tokens(tokenizer_dir, tmp_path):
     train = write(tmp_path / "train.json", squad_json())
     args = squad_args(tokenizer_dir, tmp_path, train)
-    args[args.index("--config_overrides") + 1] = TINY.replace("max_position_embeddings=32", "max_position_embeddings=128")
+    args[args.index("--config_overrides") + 1] = TINY.replace(
+        "max_position_embeddings=32", "max_position_embeddings=128"
+    )
     run_squad.main(args)  # no --max_seq_length / --doc_stride: 128 and 32, derived from n
     assert (tmp_path / "out" / "eval_results.json").is_file()
 
@@ -247,11 +352,23 @@ def test_imagefolder_with_train_and_validation_dirs(tmp_path):
             folder.mkdir(parents=True)
             for i in range(3):
                 Image.new("RGB", (12, 12), tuple(max(0, c - 10 * i) for c in colour)).save(folder / f"{i}.png")
-    metrics = run_image_classification.main([
-        "--dataset_name", "imagefolder", "--train_dir", str(tmp_path / "train"),
-        "--validation_dir", str(tmp_path / "validation"), "--config_name", "gmlp-tiny",
-        "--output_dir", str(tmp_path / "out"), "--do_train", "--do_eval", *COMMON,
-    ])
+    metrics = run_image_classification.main(
+        [
+            "--dataset_name",
+            "imagefolder",
+            "--train_dir",
+            str(tmp_path / "train"),
+            "--validation_dir",
+            str(tmp_path / "validation"),
+            "--config_name",
+            "gmlp-tiny",
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--do_train",
+            "--do_eval",
+            *COMMON,
+        ]
+    )
     assert metrics["eval_samples"] == 6
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert sorted(config["id2label"].values()) == ["blue", "red"]

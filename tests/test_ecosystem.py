@@ -10,10 +10,44 @@ import run_glue
 import run_mlm
 from gmlp.tokenization_gmlp import train_tokenizer
 
-WORDS = "the cat sat on a red mat while an old dog slept by the warm fire and the king sang to his sister".split()
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "red",
+    "mat",
+    "while",
+    "an",
+    "old",
+    "dog",
+    "slept",
+    "by",
+    "the",
+    "warm",
+    "fire",
+    "and",
+    "the",
+    "king",
+    "sang",
+    "to",
+    "his",
+    "sister",
+]
 TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=16"
-COMMON = ["--report_to", "none", "--save_strategy", "no", "--per_device_train_batch_size", "2", "--max_steps", "2",
-          "--max_seq_length", "16"]
+COMMON = [
+    "--report_to",
+    "none",
+    "--save_strategy",
+    "no",
+    "--per_device_train_batch_size",
+    "2",
+    "--max_steps",
+    "2",
+    "--max_seq_length",
+    "16",
+]
 
 
 def corpus(path, lines=30):
@@ -27,9 +61,23 @@ def pretrained(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlm")
     tokenizer = root / "tokenizer"
     train_tokenizer(iter(WORDS * 3), vocab_size=100, min_frequency=1).save_pretrained(tokenizer)
-    run_mlm.main(["--config_name", "amlp-tiny", "--config_overrides", f"{TINY},vocab_size=100",
-                  "--tokenizer_name", str(tokenizer), "--train_file", str(corpus(root / "text.txt")),
-                  "--output_dir", str(root / "model"), "--do_train", "--do_eval", *COMMON])
+    run_mlm.main(
+        [
+            "--config_name",
+            "amlp-tiny",
+            "--config_overrides",
+            f"{TINY},vocab_size=100",
+            "--tokenizer_name",
+            str(tokenizer),
+            "--train_file",
+            str(corpus(root / "text.txt")),
+            "--output_dir",
+            str(root / "model"),
+            "--do_train",
+            "--do_eval",
+            *COMMON,
+        ]
+    )
     return root / "model"
 
 
@@ -47,9 +95,22 @@ def test_pretraining_card_says_what_the_model_is_and_how_to_load_it(pretrained):
 
 def test_fine_tuning_card_names_its_local_base_without_a_broken_link(pretrained, tmp_path):
     train = tmp_path / "train.csv"
-    train.write_text("sentence,label\n" + "\n".join(f"{' '.join(WORDS[i:i + 6])},{i % 2}" for i in range(12)) + "\n")
-    run_glue.main(["--model_name_or_path", str(pretrained), "--train_file", str(train), "--validation_file", str(train),
-                   "--output_dir", str(tmp_path / "classifier"), "--do_train", "--do_eval", *COMMON])
+    train.write_text("sentence,label\n" + "\n".join(f"{' '.join(WORDS[i : i + 6])},{i % 2}" for i in range(12)) + "\n")
+    run_glue.main(
+        [
+            "--model_name_or_path",
+            str(pretrained),
+            "--train_file",
+            str(train),
+            "--validation_file",
+            str(train),
+            "--output_dir",
+            str(tmp_path / "classifier"),
+            "--do_train",
+            "--do_eval",
+            *COMMON,
+        ]
+    )
     card = (tmp_path / "classifier" / "README.md").read_text()
     assert "fine-tuned from a local checkpoint (model), on train.csv." in card
     assert "base_model" not in card and "https://huggingface.co/" + str(pretrained) not in card
@@ -59,8 +120,20 @@ def test_fine_tuning_card_names_its_local_base_without_a_broken_link(pretrained,
 
 def test_bf16_runs_on_the_cpu_without_use_cpu(pretrained, tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="gmlp"):
-        metrics = run_mlm.main(["--model_name_or_path", str(pretrained), "--train_file", str(corpus(tmp_path / "t.txt")),
-                                "--output_dir", str(tmp_path / "bf16"), "--do_train", "--do_eval", "--bf16", *COMMON])
+        metrics = run_mlm.main(
+            [
+                "--model_name_or_path",
+                str(pretrained),
+                "--train_file",
+                str(corpus(tmp_path / "t.txt")),
+                "--output_dir",
+                str(tmp_path / "bf16"),
+                "--do_train",
+                "--do_eval",
+                "--bf16",
+                *COMMON,
+            ]
+        )
     assert any("--use_cpu added" in record.getMessage() for record in caplog.records)
     assert metrics["eval_loss"] > 0
     state = json.loads((tmp_path / "bf16" / "trainer_state.json").read_text())
@@ -70,24 +143,56 @@ def test_bf16_runs_on_the_cpu_without_use_cpu(pretrained, tmp_path, caplog):
 def test_run_glue_reads_a_dataset_saved_with_save_to_disk(pretrained, tmp_path):
     import datasets
 
-    features = datasets.Features({"sentence": datasets.Value("string"),
-                                  "label": datasets.ClassLabel(names=["negative", "positive"]),
-                                  "idx": datasets.Value("int32")})
-    rows = {"sentence": [" ".join(WORDS[i:i + 6]) for i in range(12)], "label": [i % 2 for i in range(12)],
-            "idx": list(range(12))}
+    features = datasets.Features(
+        {
+            "sentence": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["negative", "positive"]),
+            "idx": datasets.Value("int32"),
+        }
+    )
+    rows = {
+        "sentence": [" ".join(WORDS[i : i + 6]) for i in range(12)],
+        "label": [i % 2 for i in range(12)],
+        "idx": list(range(12)),
+    }
     split = datasets.Dataset.from_dict(rows, features=features)
     datasets.DatasetDict(train=split, validation=split).save_to_disk(tmp_path / "sst2")
-    metrics = run_glue.main(["--model_name_or_path", str(pretrained), "--task_name", "sst2",
-                             "--dataset_name", str(tmp_path / "sst2"), "--output_dir", str(tmp_path / "out"),
-                             "--do_train", "--do_eval", *COMMON])
+    metrics = run_glue.main(
+        [
+            "--model_name_or_path",
+            str(pretrained),
+            "--task_name",
+            "sst2",
+            "--dataset_name",
+            str(tmp_path / "sst2"),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--do_train",
+            "--do_eval",
+            *COMMON,
+        ]
+    )
     assert metrics["eval_samples"] == 12 and 0 <= metrics["eval_accuracy"] <= 1
 
 
 def test_run_mlm_streams_a_corpus(pretrained, tmp_path):
     text = corpus(tmp_path / "stream.txt", lines=200)
-    args = ["--model_name_or_path", str(pretrained), "--train_file", str(text), "--validation_file", str(text),
-            "--output_dir", str(tmp_path / "streamed"), "--do_train", "--do_eval", "--streaming",
-            "--max_eval_samples", "8", *COMMON]
+    args = [
+        "--model_name_or_path",
+        str(pretrained),
+        "--train_file",
+        str(text),
+        "--validation_file",
+        str(text),
+        "--output_dir",
+        str(tmp_path / "streamed"),
+        "--do_train",
+        "--do_eval",
+        "--streaming",
+        "--max_eval_samples",
+        "8",
+        *COMMON,
+    ]
     metrics = run_mlm.main(args)
     assert metrics["eval_samples"] == 8 and metrics["perplexity"] > 1
     assert json.loads((tmp_path / "streamed" / "trainer_state.json").read_text())["global_step"] == 2
@@ -97,15 +202,32 @@ def test_run_mlm_streams_a_corpus(pretrained, tmp_path):
         run_mlm.main([*without_steps, "--output_dir", str(tmp_path / "other")])
 
 
-@pytest.mark.parametrize("engine", [
-    ["--fsdp", "full_shard auto_wrap", "--fsdp_config", '{"transformer_layer_cls_to_wrap": ["GMLPLayer"]}'],
-    ["--deepspeed", '{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto"}'],
-], ids=["fsdp", "deepspeed"])
+@pytest.mark.parametrize(
+    "engine",
+    [
+        ["--fsdp", "full_shard auto_wrap", "--fsdp_config", '{"transformer_layer_cls_to_wrap": ["GMLPLayer"]}'],
+        ["--deepspeed", '{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto"}'],
+    ],
+    ids=["fsdp", "deepspeed"],
+)
 def test_sharding_engines_on_the_cpu_are_refused_rather_than_silently_run_as_ddp(engine, pretrained, tmp_path):
     """Accelerate enables FSDP and DeepSpeed only for accelerator runs; on the CPU the Trainer would train plain DDP
     under the flag (seen with torchrun, 2 processes), so the scripts refuse it with the reason."""
     if engine[0] == "--deepspeed":
-        pytest.importorskip("deepspeed", reason="TrainingArguments reads a --deepspeed config only with DeepSpeed installed")
+        pytest.importorskip(
+            "deepspeed", reason="TrainingArguments reads a --deepspeed config only with DeepSpeed installed"
+        )
     with pytest.raises(ValueError, match=f"{engine[0]} needs accelerators.*silently be plain data-parallel"):
-        run_mlm.main(["--model_name_or_path", str(pretrained), "--train_file", str(corpus(tmp_path / "t.txt")),
-                      "--output_dir", str(tmp_path / "engine"), "--do_train", *engine, *COMMON])
+        run_mlm.main(
+            [
+                "--model_name_or_path",
+                str(pretrained),
+                "--train_file",
+                str(corpus(tmp_path / "t.txt")),
+                "--output_dir",
+                str(tmp_path / "engine"),
+                "--do_train",
+                *engine,
+                *COMMON,
+            ]
+        )

@@ -27,9 +27,18 @@ MASK = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
 def trained_looking(**overrides) -> GMLPForCausalLM:
     torch.manual_seed(0)
     config = GMLPConfig(
-        **{"vocab_size": 40, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
-           "max_position_embeddings": 24, "is_decoder": True, "hidden_dropout_prob": 0.0,
-           "attention_probs_dropout_prob": 0.0, "pad_token_id": 0, **overrides}
+        **{
+            "vocab_size": 40,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 2,
+            "max_position_embeddings": 24,
+            "is_decoder": True,
+            "hidden_dropout_prob": 0.0,
+            "attention_probs_dropout_prob": 0.0,
+            "pad_token_id": 0,
+            **overrides,
+        }
     )
     model = GMLPForCausalLM(config).eval()
     with torch.no_grad():
@@ -62,18 +71,23 @@ def test_right_padding_is_exact_and_positions_default_to_real_tokens(model):
     right = torch.tensor([[11, 12, 13, 0, 0]])
     with torch.no_grad():
         padded = model(right, attention_mask=torch.tensor([[1, 1, 1, 0, 0]])).logits
-        explicit = model(BATCH, attention_mask=MASK, position_ids=torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]])).logits
+        explicit = model(
+            BATCH, attention_mask=MASK, position_ids=torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]])
+        ).logits
         default = model(BATCH, attention_mask=MASK).logits
     torch.testing.assert_close(padded[0, :3], model(SHORT).logits[0])
     torch.testing.assert_close(explicit, default)
 
 
-@pytest.mark.parametrize("strategy", [
-    {"do_sample": False},
-    {"do_sample": True, "top_k": 5},
-    {"num_beams": 3, "do_sample": False},
-    {"num_beams": 3, "do_sample": True},
-])
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        {"do_sample": False},
+        {"do_sample": True, "top_k": 5},
+        {"num_beams": 3, "do_sample": False},
+        {"num_beams": 3, "do_sample": True},
+    ],
+)
 def test_cached_generation_equals_full_recompute(model, strategy):
     def run(use_cache):
         torch.manual_seed(1)
@@ -95,31 +109,51 @@ def test_one_step_with_the_cache_equals_the_full_forward(model):
         assert gate.shape == (2, 1, 5, model.config.gate_size)
         assert tiny_key_value.shape == (2, 1, 5, 2 * model.config.tiny_attention_size)
         assert gate[1, 0, :2].abs().max() == 0  # padding's gate is zero
-        step = model(torch.tensor([[21], [22]]), attention_mask=torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1),
-                     past_key_values=cache, use_cache=True)
-        full = model(torch.cat([BATCH, torch.tensor([[21], [22]])], 1),
-                     attention_mask=torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1))
+        step = model(
+            torch.tensor([[21], [22]]),
+            attention_mask=torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        full = model(
+            torch.cat([BATCH, torch.tensor([[21], [22]])], 1),
+            attention_mask=torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1),
+        )
     torch.testing.assert_close(step.logits[:, -1], full.logits[:, -1])
     assert step.past_key_values.get_seq_length() == 6
 
 
 def test_generation_continues_from_returned_past_key_values(model):
     first = model.generate(PROMPT, max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
-    continued = model.generate(first.sequences, past_key_values=first.past_key_values, max_new_tokens=3,
-                               do_sample=False)
+    continued = model.generate(
+        first.sequences, past_key_values=first.past_key_values, max_new_tokens=3, do_sample=False
+    )
     assert continued.tolist() == model.generate(PROMPT, max_new_tokens=6, do_sample=False).tolist()
 
 
 def test_dict_outputs_with_hidden_states_per_step(model):
-    out = model.generate(BATCH, attention_mask=MASK, max_new_tokens=4, do_sample=False, return_dict_in_generate=True,
-                         output_hidden_states=True, output_scores=True, output_logits=True)
+    out = model.generate(
+        BATCH,
+        attention_mask=MASK,
+        max_new_tokens=4,
+        do_sample=False,
+        return_dict_in_generate=True,
+        output_hidden_states=True,
+        output_scores=True,
+        output_logits=True,
+    )
     assert len(out.scores) == len(out.logits) == len(out.hidden_states) == 4
     layers = model.config.num_hidden_layers + 1
     assert all(len(step) == layers for step in out.hidden_states)
     assert out.hidden_states[0][0].shape == (2, 5, 16)  # the prompt, then one token per step
     assert all(step[0].shape == (2, 1, 16) for step in out.hidden_states[1:])
-    assert out.sequences[:, 5:].tolist() == out.logits[0].new_tensor(
-        [[int(step[row].argmax()) for step in out.logits] for row in range(2)]).long().tolist()
+    assert (
+        out.sequences[:, 5:].tolist()
+        == out.logits[0]
+        .new_tensor([[int(step[row].argmax()) for step in out.logits] for row in range(2)])
+        .long()
+        .tolist()
+    )
 
 
 def test_assisted_decoding_crops_the_cache(model):
@@ -143,8 +177,11 @@ def test_fft_path_without_cache_agrees_with_cached_decoding():
 
 def test_too_long_a_generation_is_refused_before_it_starts():
     model = trained_looking()
-    with pytest.raises(ValueError, match="The prompt has 5 tokens and 20 new ones are asked for: 25 in all, more than "
-                                         "this model's n = max_position_embeddings = 24. Ask for at most 19"):
+    with pytest.raises(
+        ValueError,
+        match="The prompt has 5 tokens and 20 new ones are asked for: 25 in all, more than "
+        "this model's n = max_position_embeddings = 24. Ask for at most 19",
+    ):
         model.generate(PROMPT, max_new_tokens=20, do_sample=False)
 
 

@@ -36,16 +36,16 @@ from gmlp import (
 
 
 def small_config(**overrides):
-    settings = dict(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        max_position_embeddings=16,
-        spatial_init_eps=16.0,
-        tiny_attention_size=8,
-        num_labels=3,
-    )
+    settings = {
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_hidden_layers": 2,
+        "max_position_embeddings": 16,
+        "spatial_init_eps": 16.0,
+        "tiny_attention_size": 8,
+        "num_labels": 3,
+    }
     settings.update(overrides)
     return GMLPConfig(**settings)
 
@@ -62,9 +62,13 @@ AUTO_CLASSES = [
 
 
 def first_output(outputs):
-    return outputs.logits if hasattr(outputs, "logits") else outputs.start_logits if hasattr(
-        outputs, "start_logits"
-    ) else outputs.last_hidden_state
+    return (
+        outputs.logits
+        if hasattr(outputs, "logits")
+        else outputs.start_logits
+        if hasattr(outputs, "start_logits")
+        else outputs.last_hidden_state
+    )
 
 
 def example_inputs(model_class):
@@ -134,11 +138,18 @@ def test_remote_code_loads_without_the_package_and_gives_identical_outputs(tmp_p
     script.write_text(REMOTE_LOAD)
     # Run from an empty directory with a clean environment, so neither the cwd nor PYTHONPATH can provide gmlp.
     run = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "checkpoint"), auto_class.__name__, str(tmp_path / "inputs.pt"),
-         str(tmp_path / "outputs.pt")],
+        [
+            sys.executable,
+            str(script),
+            str(tmp_path / "checkpoint"),
+            auto_class.__name__,
+            str(tmp_path / "inputs.pt"),
+            str(tmp_path / "outputs.pt"),
+        ],
         cwd=tmp_path,
         env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PATH": "/usr/bin:/bin"},
         capture_output=True,
+        check=False,
         text=True,
         timeout=300,
     )
@@ -157,8 +168,9 @@ def test_trainer_trains_a_preset_model_that_then_loads_elsewhere(tmp_path):
     """The new user's path: from_config on a preset, a Trainer step, save, load with trust_remote_code."""
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]
     tokenizer = BertTokenizer(vocab={word: i for i, word in enumerate(words)})
-    config = GMLPConfig.from_preset("gmlp-tiny", vocab_size=len(words), num_hidden_layers=2, hidden_size=32,
-                                    intermediate_size=64)
+    config = GMLPConfig.from_preset(
+        "gmlp-tiny", vocab_size=len(words), num_hidden_layers=2, hidden_size=32, intermediate_size=64
+    )
     model = AutoModelForMaskedLM.from_config(config)
     texts = [" ".join(f"w{(i * 7 + j) % 59}" for j in range(12)) for i in range(32)]
     dataset = Dataset.from_dict({"text": texts}).map(
@@ -166,8 +178,13 @@ def test_trainer_trains_a_preset_model_that_then_loads_elsewhere(tmp_path):
     )
     before = model.gmlp.encoder.layer[0].channel_proj_in.weight.detach().clone()
     args = TrainingArguments(
-        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=8, report_to=[], use_cpu=True,
-        save_strategy="no", learning_rate=1e-3,
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=8,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        learning_rate=1e-3,
     )
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
     result = Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator).train()

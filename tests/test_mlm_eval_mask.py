@@ -11,7 +11,28 @@ import run_mlm
 from gmlp.tasks.mlm import MaskedLMCollator, with_fixed_mask
 from gmlp.tokenization_gmlp import train_tokenizer
 
-WORDS = "the cat sat on a red mat while an old dog slept by the warm fire and the king sang".split()
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "red",
+    "mat",
+    "while",
+    "an",
+    "old",
+    "dog",
+    "slept",
+    "by",
+    "the",
+    "warm",
+    "fire",
+    "and",
+    "the",
+    "king",
+    "sang",
+]
 
 
 @pytest.fixture(scope="module")
@@ -76,22 +97,58 @@ def test_evaluating_the_same_weights_again_gives_identical_metrics(tmp_path):
     rate is 0, so the weights never change) and later ones with another training seed agree to the last digit."""
     corpus = tmp_path / "text.txt"
     corpus.write_text("\n".join(" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))) * 4 + "\n")
-    common = ["--validation_file", str(corpus), "--max_seq_length", "16", "--per_device_eval_batch_size", "4",
-              "--report_to", "none", "--save_strategy", "no"]
+    common = [
+        "--validation_file",
+        str(corpus),
+        "--max_seq_length",
+        "16",
+        "--per_device_eval_batch_size",
+        "4",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+    ]
     checkpoint = tmp_path / "model"
-    run_mlm.main([
-        "--config_name", "gmlp-tiny", "--config_overrides",
-        "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=16,vocab_size=120",
-        "--train_file", str(corpus), "--output_dir", str(checkpoint), "--do_train", "--do_eval", "--max_steps", "3",
-        "--learning_rate", "0", "--eval_strategy", "steps", "--eval_steps", "1", *common,
-    ])
+    run_mlm.main(
+        [
+            "--config_name",
+            "gmlp-tiny",
+            "--config_overrides",
+            "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=16,vocab_size=120",
+            "--train_file",
+            str(corpus),
+            "--output_dir",
+            str(checkpoint),
+            "--do_train",
+            "--do_eval",
+            "--max_steps",
+            "3",
+            "--learning_rate",
+            "0",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "1",
+            *common,
+        ]
+    )
     history = json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]
     during_training = [entry["eval_loss"] for entry in history if "eval_loss" in entry]
     assert len(during_training) == 3 and len(set(during_training)) == 1
 
     def evaluate(name, *extra):
-        run_mlm.main(["--model_name_or_path", str(checkpoint), "--output_dir", str(tmp_path / name), "--do_eval",
-                      *common, *extra])
+        run_mlm.main(
+            [
+                "--model_name_or_path",
+                str(checkpoint),
+                "--output_dir",
+                str(tmp_path / name),
+                "--do_eval",
+                *common,
+                *extra,
+            ]
+        )
         return json.loads((tmp_path / name / "eval_results.json").read_text())
 
     first, second = evaluate("a", "--seed", "1"), evaluate("b", "--seed", "2")

@@ -9,8 +9,14 @@ from gmlp import GMLPConfig, GMLPForMaskedLM
 def tiny_model_and_batch():
     torch.manual_seed(0)
     config = GMLPConfig.from_preset(
-        "gmlp-tiny", vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        "gmlp-tiny",
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        max_position_embeddings=16,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
     )
     model = GMLPForMaskedLM(config).train()  # dropout is 0: training mode is deterministic
     input_ids = torch.randint(1, 97, (3, 16))

@@ -22,17 +22,17 @@ from gmlp.modeling_gmlp import GMLPSpatialGatingUnit, GMLPSpatialProjection, dro
 
 def tiny_config(**overrides) -> GMLPConfig:
     """A model small enough to run hundreds of times in a test, with dropout off so outputs are deterministic."""
-    settings = dict(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        max_position_embeddings=16,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
+    settings = {
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_hidden_layers": 2,
+        "max_position_embeddings": 16,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
         # A visible spatial init, so that token mixing actually happens in the tests.
-        spatial_init_eps=16.0,
-    )
+        "spatial_init_eps": 16.0,
+    }
     settings.update(overrides)
     return GMLPConfig(**settings)
 
@@ -85,7 +85,15 @@ def test_paper_presets_use_the_papers_sizes():
     assert GMLPConfig.from_preset("amlp-base").tiny_attention_size == 64
     assert GMLPConfig.from_preset("amlp-large").tiny_attention_size == 128
     assert GMLPConfig.from_preset("gmlp-base").tiny_attention_size == 0
-    assert set(PRESETS) >= {"gmlp-base", "gmlp-large", "gmlp-xlarge", "amlp-base", "amlp-large", "gmlp-tiny", "amlp-tiny"}
+    assert set(PRESETS) >= {
+        "gmlp-base",
+        "gmlp-large",
+        "gmlp-xlarge",
+        "amlp-base",
+        "amlp-large",
+        "gmlp-tiny",
+        "amlp-tiny",
+    }
 
 
 @pytest.mark.parametrize("name", ["gmlp-tiny", "amlp-tiny"])
@@ -573,7 +581,9 @@ def test_torch_compile_sparse_prediction_training_matches_eager():
     eager_grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     torch._dynamo.reset()
-    compiled_loss = torch.compile(model, backend="aot_eager")(input_ids=ids, labels=labels, sparse_prediction=True).loss
+    compiled_loss = torch.compile(model, backend="aot_eager")(
+        input_ids=ids, labels=labels, sparse_prediction=True
+    ).loss
     compiled_loss.backward()
     torch.testing.assert_close(compiled_loss, eager_loss)
     for eager_grad, param in zip(eager_grads, model.parameters()):

@@ -42,7 +42,9 @@ from gmlp import (
 ConfigTester = upstream.load("test_configuration_common").ConfigTester
 modeling_common = upstream.load("test_modeling_common")
 ModelTesterMixin, ids_tensor, random_attention_mask = (
-    modeling_common.ModelTesterMixin, modeling_common.ids_tensor, modeling_common.random_attention_mask
+    modeling_common.ModelTesterMixin,
+    modeling_common.ids_tensor,
+    modeling_common.random_attention_mask,
 )
 
 # The common tests tell a model's task (which inputs to expand per choice, which labels `return_labels=True` builds,

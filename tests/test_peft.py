@@ -6,14 +6,23 @@ import pytest
 import torch
 
 peft = pytest.importorskip("peft")
-from peft import LoraConfig, PeftModel, TaskType, get_peft_model  # noqa: E402
+from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 
-from gmlp import GMLPConfig, GMLPForMaskedLM, GMLPForSequenceClassification  # noqa: E402
+from gmlp import GMLPConfig, GMLPForMaskedLM, GMLPForSequenceClassification
 
-CONFIG = dict(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2, max_position_embeddings=12,
-              hidden_dropout_prob=0.0, tiny_attention_size=8)
-INPUTS = {"input_ids": torch.tensor([[2, 7, 9, 11, 3, 0], [2, 5, 6, 3, 0, 0]]),
-          "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]])}
+CONFIG = {
+    "vocab_size": 50,
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 2,
+    "max_position_embeddings": 12,
+    "hidden_dropout_prob": 0.0,
+    "tiny_attention_size": 8,
+}
+INPUTS = {
+    "input_ids": torch.tensor([[2, 7, 9, 11, 3, 0], [2, 5, 6, 3, 0, 0]]),
+    "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]]),
+}
 
 
 @pytest.fixture
@@ -34,11 +43,15 @@ def lora_classifier(checkpoint, **lora):
     return model.eval()
 
 
-@pytest.mark.parametrize("lora", [
-    {"target_modules": "all-linear"},
-    {"target_modules": ["channel_proj_in", "channel_proj_out", "qkv_proj"]},
-    {"target_modules": ["channel_proj_in"], "target_parameters": ["sgu.spatial_proj.weight"]},
-], ids=["all-linear", "named modules", "spatial weights"])
+@pytest.mark.parametrize(
+    "lora",
+    [
+        {"target_modules": "all-linear"},
+        {"target_modules": ["channel_proj_in", "channel_proj_out", "qkv_proj"]},
+        {"target_modules": ["channel_proj_in"], "target_parameters": ["sgu.spatial_proj.weight"]},
+    ],
+    ids=["all-linear", "named modules", "spatial weights"],
+)
 def test_adapter_reloads_to_identical_logits_and_merges(lora, mlm_checkpoint, tmp_path):
     model = lora_classifier(mlm_checkpoint, **lora)
     trainable = [name for name, param in model.named_parameters() if param.requires_grad]

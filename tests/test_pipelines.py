@@ -12,7 +12,28 @@ from gmlp import (
     GMLPForTokenClassification,
 )
 
-WORDS = "the cat dog sat on a mat ran to park who where did go sun is hot cold day night".split()
+WORDS = [
+    "the",
+    "cat",
+    "dog",
+    "sat",
+    "on",
+    "a",
+    "mat",
+    "ran",
+    "to",
+    "park",
+    "who",
+    "where",
+    "did",
+    "go",
+    "sun",
+    "is",
+    "hot",
+    "cold",
+    "day",
+    "night",
+]
 
 
 @pytest.fixture(scope="module")
@@ -23,15 +44,15 @@ def tokenizer():
 
 def model_config(tokenizer, **overrides):
     torch.manual_seed(0)
-    settings = dict(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        max_position_embeddings=32,
-        spatial_init_eps=32.0,
-        tiny_attention_size=8,
-    )
+    settings = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "max_position_embeddings": 32,
+        "spatial_init_eps": 32.0,
+        "tiny_attention_size": 8,
+    }
     settings.update(overrides)
     return GMLPConfig(**settings)
 
@@ -53,8 +74,9 @@ def test_fill_mask_pipeline_ranks_tokens_by_the_models_logits(tokenizer):
 
 
 def test_text_classification_pipeline_returns_the_softmax_of_the_logits(tokenizer):
-    config = model_config(tokenizer, num_labels=2, id2label={0: "negative", 1: "positive"},
-                          label2id={"negative": 0, "positive": 1})
+    config = model_config(
+        tokenizer, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1}
+    )
     model = GMLPForSequenceClassification(config).eval()
     classifier = pipeline("text-classification", model=model, tokenizer=tokenizer, device="cpu")
     scores = classifier(["the sun is hot", "the night is cold ."], top_k=None)
@@ -72,15 +94,18 @@ def test_sentence_pairs_use_token_types(tokenizer):
 
 
 def test_token_classification_pipeline_labels_every_word(tokenizer):
-    config = model_config(tokenizer, num_labels=3, id2label={0: "O", 1: "ANIMAL", 2: "PLACE"},
-                          label2id={"O": 0, "ANIMAL": 1, "PLACE": 2})
+    config = model_config(
+        tokenizer, num_labels=3, id2label={0: "O", 1: "ANIMAL", 2: "PLACE"}, label2id={"O": 0, "ANIMAL": 1, "PLACE": 2}
+    )
     model = GMLPForTokenClassification(config).eval()
     tagger = pipeline("token-classification", model=model, tokenizer=tokenizer, device="cpu")
     entities = tagger("the dog ran to the park")
     inputs = tokenizer("the dog ran to the park", return_tensors="pt")
     with torch.no_grad():
         predicted = model(**inputs).logits[0, 1:-1].argmax(-1).tolist()
-    expected = [(word, config.id2label[label]) for word, label in zip("the dog ran to the park".split(), predicted)]
+    expected = [
+        (word, config.id2label[label]) for word, label in zip(["the", "dog", "ran", "to", "the", "park"], predicted)
+    ]
     assert [(entity["word"], entity["entity"]) for entity in entities] == [
         (word, label) for word, label in expected if label != "O"
     ]

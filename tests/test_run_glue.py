@@ -37,7 +37,10 @@ def sst2_dir(root: Path) -> Path:
 def mnli_dir(root: Path) -> Path:
     header = "index\tpromptID\tpairID\tgenre\ts1b\ts2b\ts1p\ts2p\tsentence1\tsentence2\tlabel1\tgold_label"
     labels = ["entailment", "neutral", "contradiction"]
-    rows = [f"{i}\t0\t0\tfiction\t-\t-\t-\t-\t{GOOD[i % 4]}\t{BAD[i % 4]}\t{labels[i % 3]}\t{labels[i % 3]}" for i in range(9)]
+    rows = [
+        f"{i}\t0\t0\tfiction\t-\t-\t-\t-\t{GOOD[i % 4]}\t{BAD[i % 4]}\t{labels[i % 3]}\t{labels[i % 3]}"
+        for i in range(9)
+    ]
     write_tsv(root / "MNLI" / "train.tsv", header, rows)
     write_tsv(root / "MNLI" / "dev_matched.tsv", header, rows[:6])
     write_tsv(root / "MNLI" / "dev_mismatched.tsv", header, rows[3:])
@@ -46,17 +49,44 @@ def mnli_dir(root: Path) -> Path:
 
 def glue_args(tokenizer_dir, output_dir, *extra):
     return [
-        "--config_name", "gmlp-tiny", "--config_overrides", TINY, "--tokenizer_name", tokenizer_dir,
-        "--output_dir", str(output_dir), "--max_steps", "3", "--per_device_train_batch_size", "4",
-        "--learning_rate", "1e-3", "--report_to", "none", "--save_strategy", "no", *extra,
+        "--config_name",
+        "gmlp-tiny",
+        "--config_overrides",
+        TINY,
+        "--tokenizer_name",
+        tokenizer_dir,
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        "3",
+        "--per_device_train_batch_size",
+        "4",
+        "--learning_rate",
+        "1e-3",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        *extra,
     ]
 
 
 def test_sst2_from_a_glue_folder_trains_evaluates_and_predicts(tmp_path, tokenizer_dir):
     glue_dir = sst2_dir(tmp_path / "glue")
     output_dir = tmp_path / "out"
-    run_glue.main(glue_args(tokenizer_dir, output_dir, "--task_name", "SST-2", "--glue_dir", str(glue_dir),
-                            "--do_train", "--do_eval", "--do_predict"))
+    run_glue.main(
+        glue_args(
+            tokenizer_dir,
+            output_dir,
+            "--task_name",
+            "SST-2",
+            "--glue_dir",
+            str(glue_dir),
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+        )
+    )
     results = json.loads((output_dir / "all_results.json").read_text())
     assert results["eval_samples"] == 8 and results["train_samples"] == 12
     assert results["eval_accuracy"] in {i / 8 for i in range(9)}
@@ -69,8 +99,18 @@ def test_sst2_from_a_glue_folder_trains_evaluates_and_predicts(tmp_path, tokeniz
 
 def test_mnli_evaluates_matched_and_mismatched(tmp_path, tokenizer_dir):
     output_dir = tmp_path / "out"
-    run_glue.main(glue_args(tokenizer_dir, output_dir, "--task_name", "mnli", "--glue_dir", str(mnli_dir(tmp_path)),
-                            "--do_train", "--do_eval"))
+    run_glue.main(
+        glue_args(
+            tokenizer_dir,
+            output_dir,
+            "--task_name",
+            "mnli",
+            "--glue_dir",
+            str(mnli_dir(tmp_path)),
+            "--do_train",
+            "--do_eval",
+        )
+    )
     results = json.loads((output_dir / "eval_results.json").read_text())
     assert results["eval_samples"] == 6 and results["eval_samples_mm"] == 6
     assert 0 <= results["eval_accuracy"] <= 1 and 0 <= results["eval_accuracy_mm"] <= 1
@@ -80,28 +120,60 @@ def test_custom_csv_regression_reports_pearson_and_spearman(tmp_path, tokenizer_
     lines = ["sentence1,sentence2,label"] + [f"{GOOD[i % 4]},{BAD[i % 4]},{i % 5}.5" for i in range(16)]
     (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
     output_dir = tmp_path / "out"
-    run_glue.main(glue_args(tokenizer_dir, output_dir, "--train_file", str(tmp_path / "train.csv"),
-                            "--validation_file", str(tmp_path / "train.csv"), "--do_train", "--do_eval"))
+    run_glue.main(
+        glue_args(
+            tokenizer_dir,
+            output_dir,
+            "--train_file",
+            str(tmp_path / "train.csv"),
+            "--validation_file",
+            str(tmp_path / "train.csv"),
+            "--do_train",
+            "--do_eval",
+        )
+    )
     results = json.loads((output_dir / "eval_results.json").read_text())
     assert {"eval_pearson", "eval_spearmanr"} <= set(results)
 
 
 def test_custom_json_labels_are_the_training_labels(tmp_path, tokenizer_dir):
-    rows = [{"text": GOOD[i % 4], "label": "pos"} if i % 2 else {"text": BAD[i % 4], "label": "neg"} for i in range(12)]
+    rows = [
+        {"text": GOOD[i % 4], "label": "pos"} if i % 2 else {"text": BAD[i % 4], "label": "neg"} for i in range(12)
+    ]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     (tmp_path / "dev.jsonl").write_text(json.dumps({"text": "fine", "label": "neutral"}) + "\n")
-    with pytest.raises(ValueError, match=r"label 'neutral' is not a custom label; the labels are 0 = 'neg', 1 = 'pos'"):
-        run_glue.main(glue_args(tokenizer_dir, tmp_path / "out", "--train_file", str(tmp_path / "train.jsonl"),
-                                "--validation_file", str(tmp_path / "dev.jsonl"), "--do_train", "--do_eval"))
+    with pytest.raises(
+        ValueError, match=r"label 'neutral' is not a custom label; the labels are 0 = 'neg', 1 = 'pos'"
+    ):
+        run_glue.main(
+            glue_args(
+                tokenizer_dir,
+                tmp_path / "out",
+                "--train_file",
+                str(tmp_path / "train.jsonl"),
+                "--validation_file",
+                str(tmp_path / "dev.jsonl"),
+                "--do_train",
+                "--do_eval",
+            )
+        )
 
 
 @pytest.mark.parametrize(
     ("setup", "args", "message"),
     [
-        ("label", ["--task_name", "sst2"], r"train.tsv, line 3: label '2' is not a sst2 label; the labels are 0 = 'negative'"),
+        (
+            "label",
+            ["--task_name", "sst2"],
+            r"train.tsv, line 3: label '2' is not a sst2 label; the labels are 0 = 'negative'",
+        ),
         ("columns", ["--task_name", "sst2"], r"has no column\(s\) \['sentence'\] \(its header: \['text', 'label'\]\)"),
         ("none", ["--task_name", "rte"], r"No RTE folder in --glue_dir"),
-        ("none", ["--task_name", "sst2", "--max_seq_length", "64"], r"--max_seq_length 64 is larger than the model's spatial size n"),
+        (
+            "none",
+            ["--task_name", "sst2", "--max_seq_length", "64"],
+            r"--max_seq_length 64 is larger than the model's spatial size n",
+        ),
     ],
 )
 def test_bad_glue_input_stops_early(tmp_path, tokenizer_dir, setup, args, message):
@@ -116,7 +188,9 @@ def test_bad_glue_input_stops_early(tmp_path, tokenizer_dir, setup, args, messag
 
 def test_missing_data_file_names_the_flag(tmp_path, tokenizer_dir):
     with pytest.raises(FileNotFoundError, match=r"missing.csv' does not exist; check the --train_file path"):
-        run_glue.main(glue_args(tokenizer_dir, tmp_path / "out", "--train_file", str(tmp_path / "missing.csv"), "--do_train"))
+        run_glue.main(
+            glue_args(tokenizer_dir, tmp_path / "out", "--train_file", str(tmp_path / "missing.csv"), "--do_train")
+        )
 
 
 def test_glue_dir_reader_gives_the_hub_columns_and_labels(tmp_path):

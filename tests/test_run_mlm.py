@@ -34,21 +34,51 @@ def mlm_args(tmp_path: Path, output_dir: Path, *extra: str) -> list[str]:
     train = write_corpus(tmp_path / "train.txt", 60)
     validation = write_corpus(tmp_path / "validation.txt", 12, offset=3)
     return [
-        "--config_name", "gmlp-tiny", "--config_overrides", TINY,
-        "--train_file", str(train), "--validation_file", str(validation),
-        "--output_dir", str(output_dir), "--do_train", "--do_eval",
-        "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4",
-        "--learning_rate", "1e-3", "--report_to", "none", "--save_strategy", "no", "--seed", "7",
+        "--config_name",
+        "gmlp-tiny",
+        "--config_overrides",
+        TINY,
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(validation),
+        "--output_dir",
+        str(output_dir),
+        "--do_train",
+        "--do_eval",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "4",
+        "--learning_rate",
+        "1e-3",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--seed",
+        "7",
         *extra,
     ]
 
 
 def test_pretrains_from_text_files_and_predicts_a_mask(tmp_path, capsys):
     output_dir = tmp_path / "out"
-    metrics = run_mlm.main(mlm_args(tmp_path, output_dir, "--max_steps", "4", "--fill_mask_text", "the cat [MASK] on the river ."))
+    metrics = run_mlm.main(
+        mlm_args(tmp_path, output_dir, "--max_steps", "4", "--fill_mask_text", "the cat [MASK] on the river .")
+    )
 
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "eval_results.json", "all_results.json",
-                 "train_results.json", "trainer_state.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "eval_results.json",
+        "all_results.json",
+        "train_results.json",
+        "trainer_state.json",
+    ):
         assert (output_dir / name).is_file(), name
     results = json.loads((output_dir / "eval_results.json").read_text())
     assert results["perplexity"] == pytest.approx(math.exp(results["eval_loss"]))
@@ -73,8 +103,18 @@ def test_line_by_line_whole_word_masking_from_csv(tmp_path):
     lines = write_corpus(tmp_path / "lines.txt", 40).read_text().splitlines()
     csv_path.write_text("id,text\n" + "\n".join(f"{i},{line}" for i, line in enumerate(lines)) + "\n")
     output_dir = tmp_path / "out"
-    args = mlm_args(tmp_path, output_dir, "--max_steps", "2", "--line_by_line", "--whole_word_mask",
-                    "--validation_split_percentage", "10", "--max_train_samples", "20")
+    args = mlm_args(
+        tmp_path,
+        output_dir,
+        "--max_steps",
+        "2",
+        "--line_by_line",
+        "--whole_word_mask",
+        "--validation_split_percentage",
+        "10",
+        "--max_train_samples",
+        "20",
+    )
     args[args.index("--train_file") + 1] = str(csv_path)
     del args[args.index("--validation_file") : args.index("--validation_file") + 2]
     run_mlm.main(args)
@@ -97,14 +137,22 @@ def test_no_data_arguments_use_the_packaged_english_text():
 @pytest.mark.parametrize(
     ("change", "error", "message"),
     [
-        ({"--train_file": "missing.txt"}, FileNotFoundError, "missing.txt' does not exist; check the --train_file path"),
+        (
+            {"--train_file": "missing.txt"},
+            FileNotFoundError,
+            "missing.txt' does not exist; check the --train_file path",
+        ),
         ({"--train_file": "train.docx"}, ValueError, "unsupported extension 'docx'"),
         (
             {"--max_seq_length": "64"},
             ValueError,
             "--max_seq_length 64 is larger than the model's spatial size n = max_position_embeddings = 32",
         ),
-        ({"--config_overrides": "num_hidden_layer=2"}, ValueError, "key num_hidden_layer isn't in the original config"),
+        (
+            {"--config_overrides": "num_hidden_layer=2"},
+            ValueError,
+            "key num_hidden_layer isn't in the original config",
+        ),
     ],
 )
 def test_bad_input_stops_early_with_a_fix(tmp_path, change, error, message):
@@ -144,8 +192,17 @@ def test_two_processes_with_torchrun_on_cpu(tmp_path):
     output_dir = tmp_path / "out"
     args = mlm_args(tmp_path, output_dir, "--max_steps", "2")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
-               str(ROOT / "run_mlm.py"), *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29533",
+        str(ROOT / "run_mlm.py"),
+        *args,
+    ]
     result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "world size: 2" in result.stdout + result.stderr

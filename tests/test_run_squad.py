@@ -7,7 +7,12 @@ import pytest
 
 import run_squad
 from gmlp.tasks.metrics import load_metric
-from gmlp.tasks.squad import load_squad_json, postprocess_qa_predictions, prepare_train_features, prepare_validation_features
+from gmlp.tasks.squad import (
+    load_squad_json,
+    postprocess_qa_predictions,
+    prepare_train_features,
+    prepare_validation_features,
+)
 from gmlp.tokenization_gmlp import train_tokenizer
 
 TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=48,hidden_dropout_prob=0"
@@ -29,14 +34,26 @@ def squad_file(path, version_2=False):
         qas = []
         for i, (index, question, answer) in enumerate(QAS):
             if index == c:
-                qas.append({"id": f"q{i}", "question": question,
-                            "answers": [{"text": answer, "answer_start": context.index(answer)}]})
+                qas.append(
+                    {
+                        "id": f"q{i}",
+                        "question": question,
+                        "answers": [{"text": answer, "answer_start": context.index(answer)}],
+                    }
+                )
         if version_2:
-            qas.append({"id": f"impossible{c}", "question": "what is the colour of the sky", "answers": [],
-                        "is_impossible": True})
+            qas.append(
+                {
+                    "id": f"impossible{c}",
+                    "question": "what is the colour of the sky",
+                    "answers": [],
+                    "is_impossible": True,
+                }
+            )
         paragraphs.append({"context": context, "qas": qas})
-    path.write_text(json.dumps({"version": "2.0" if version_2 else "1.1",
-                                "data": [{"title": "Tiny", "paragraphs": paragraphs}]}))
+    path.write_text(
+        json.dumps({"version": "2.0" if version_2 else "1.1", "data": [{"title": "Tiny", "paragraphs": paragraphs}]})
+    )
     return path
 
 
@@ -50,10 +67,33 @@ def tokenizer_dir(tmp_path_factory):
 
 def squad_args(tokenizer_dir, data, output_dir, *extra):
     return [
-        "--config_name", "gmlp-tiny", "--config_overrides", TINY, "--tokenizer_name", tokenizer_dir,
-        "--train_file", str(data), "--validation_file", str(data), "--output_dir", str(output_dir),
-        "--do_train", "--do_eval", "--max_steps", "3", "--max_seq_length", "24", "--doc_stride", "6",
-        "--per_device_train_batch_size", "4", "--report_to", "none", "--save_strategy", "no", *extra,
+        "--config_name",
+        "gmlp-tiny",
+        "--config_overrides",
+        TINY,
+        "--tokenizer_name",
+        tokenizer_dir,
+        "--train_file",
+        str(data),
+        "--validation_file",
+        str(data),
+        "--output_dir",
+        str(output_dir),
+        "--do_train",
+        "--do_eval",
+        "--max_steps",
+        "3",
+        "--max_seq_length",
+        "24",
+        "--doc_stride",
+        "6",
+        "--per_device_train_batch_size",
+        "4",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        *extra,
     ]
 
 
@@ -70,7 +110,9 @@ def test_trains_and_writes_official_predictions_and_metrics(tmp_path, tokenizer_
     for example in examples:  # every answer is a span of its context (or empty)
         assert predictions[example["id"]] in example["context"]
     nbest = json.loads((output_dir / "nbest_predictions.json").read_text())
-    assert set(nbest) == set(predictions) and all(0.99 < sum(c["probability"] for c in v) < 1.01 for v in nbest.values())
+    assert set(nbest) == set(predictions) and all(
+        0.99 < sum(c["probability"] for c in v) < 1.01 for v in nbest.values()
+    )
     assert (output_dir / "null_odds.json").is_file() == version_2
 
     # The reported metrics are the packaged SQuAD metric on predictions.json.
@@ -118,16 +160,23 @@ def squad_file_path(tokenizer_dir):
 def test_postprocessing_picks_the_best_span_and_the_null_answer(tmp_path):
     import datasets
 
-    examples = datasets.Dataset.from_list([{"id": "a", "context": "red fox jumps"}, {"id": "b", "context": "blue sky"}])
+    examples = datasets.Dataset.from_list(
+        [{"id": "a", "context": "red fox jumps"}, {"id": "b", "context": "blue sky"}]
+    )
     offsets = [None, (0, 3), (4, 7), (8, 13)]
     features = datasets.Dataset.from_list(
-        [{"example_id": "a", "offset_mapping": offsets}, {"example_id": "b", "offset_mapping": [None, (0, 4), (5, 8), None]}]
+        [
+            {"example_id": "a", "offset_mapping": offsets},
+            {"example_id": "b", "offset_mapping": [None, (0, 4), (5, 8), None]},
+        ]
     )
     start = np.array([[0.0, 1.0, 5.0, 0.0], [9.0, 1.0, 0.0, 0.0]])
     end = np.array([[0.0, 0.0, 1.0, 6.0], [9.0, 0.0, 2.0, 0.0]])
     v1 = postprocess_qa_predictions(examples, features, (start, end))
     assert v1 == {"a": "fox jumps", "b": "blue sky"}
-    v2 = postprocess_qa_predictions(examples, features, (start, end), version_2_with_negative=True, output_dir=str(tmp_path))
+    v2 = postprocess_qa_predictions(
+        examples, features, (start, end), version_2_with_negative=True, output_dir=str(tmp_path)
+    )
     assert v2 == {"a": "fox jumps", "b": ""}  # b's null score 18 beats its best span 3
     assert json.loads((tmp_path / "null_odds.json").read_text()) == {"a": -11.0, "b": 15.0}
     v1_short = postprocess_qa_predictions(examples, features, (start, end), max_answer_length=1)

@@ -15,7 +15,6 @@ from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, pipeline
 
 from gmlp.tokenization_gmlp import main, train_tokenizer
 
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL_TYPES = ["wordpiece", "unigram"]
 CORPUS = """\

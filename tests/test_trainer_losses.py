@@ -21,14 +21,18 @@ from gmlp import (
 from gmlp.tasks.mlm import MaskedLMCollator
 from gmlp.tokenization_gmlp import train_tokenizer
 
-
 VOCAB, LENGTH, EXAMPLES = 40, 8, 8
 
 
 def text_config(**overrides):
     return GMLPConfig(
-        vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2, max_position_embeddings=LENGTH,
-        hidden_dropout_prob=0.0, **overrides,
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        max_position_embeddings=LENGTH,
+        hidden_dropout_prob=0.0,
+        **overrides,
     )
 
 
@@ -57,24 +61,48 @@ def example_rows(**columns):
 CASES = {
     "masked_lm": lambda: (GMLPForMaskedLM(text_config()), token_rows(0.3, VOCAB)),
     "masked_lm_sparse_prediction": lambda: (
-        GMLPForMaskedLM(text_config()), token_rows(0.3, VOCAB), MaskedLMCollator(tokenizer(), sparse_prediction=True)),
+        GMLPForMaskedLM(text_config()),
+        token_rows(0.3, VOCAB),
+        MaskedLMCollator(tokenizer(), sparse_prediction=True),
+    ),
     "causal_lm": lambda: (GMLPForCausalLM(text_config(is_decoder=True)), token_rows(0.6, VOCAB)),
     "token_classification": lambda: (GMLPForTokenClassification(text_config(num_labels=3)), token_rows(0.5, 3)),
     "sequence_classification": lambda: (
-        GMLPForSequenceClassification(text_config(num_labels=3)), example_rows(labels=lambda i: i % 3)),
+        GMLPForSequenceClassification(text_config(num_labels=3)),
+        example_rows(labels=lambda i: i % 3),
+    ),
     "question_answering": lambda: (
         GMLPForQuestionAnswering(text_config()),
-        example_rows(start_positions=lambda i: i % LENGTH, end_positions=lambda i: (i + 2) % LENGTH)),
+        example_rows(start_positions=lambda i: i % LENGTH, end_positions=lambda i: (i + 2) % LENGTH),
+    ),
     "multiple_choice": lambda: (
         GMLPForMultipleChoice(text_config()),
-        [{"input_ids": [row["input_ids"], row["input_ids"][::-1]], "labels": i % 2}
-         for i, row in enumerate(example_rows())]),
+        [
+            {"input_ids": [row["input_ids"], row["input_ids"][::-1]], "labels": i % 2}
+            for i, row in enumerate(example_rows())
+        ],
+    ),
     "image_classification": lambda: (
-        GMLPForImageClassification(GMLPVisionConfig(
-            image_size=8, patch_size=4, num_channels=1, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-            num_labels=3, drop_path_rate=0.0)),
-        [{"pixel_values": torch.randn(1, 8, 8, generator=torch.Generator().manual_seed(i)).tolist(), "labels": i % 3}
-         for i in range(EXAMPLES)]),
+        GMLPForImageClassification(
+            GMLPVisionConfig(
+                image_size=8,
+                patch_size=4,
+                num_channels=1,
+                hidden_size=16,
+                intermediate_size=32,
+                num_hidden_layers=2,
+                num_labels=3,
+                drop_path_rate=0.0,
+            )
+        ),
+        [
+            {
+                "pixel_values": torch.randn(1, 8, 8, generator=torch.Generator().manual_seed(i)).tolist(),
+                "labels": i % 3,
+            }
+            for i in range(EXAMPLES)
+        ],
+    ),
 }
 
 
@@ -84,11 +112,21 @@ def one_step(case: str, tmp_path, batch_size: int, accumulation_steps: int):
     model, rows, *collator = CASES[case]()
     before = [p.detach().clone() for p in model.parameters()]
     args = TrainingArguments(
-        str(tmp_path / f"{batch_size}x{accumulation_steps}"), per_device_train_batch_size=batch_size,
-        gradient_accumulation_steps=accumulation_steps, max_steps=1, optim="sgd", learning_rate=1.0,
-        lr_scheduler_type="constant", max_grad_norm=0.0, save_strategy="no", report_to="none", use_cpu=True,
+        str(tmp_path / f"{batch_size}x{accumulation_steps}"),
+        per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=accumulation_steps,
+        max_steps=1,
+        optim="sgd",
+        learning_rate=1.0,
+        lr_scheduler_type="constant",
+        max_grad_norm=0.0,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
     )
-    trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows), data_collator=next(iter(collator), None))
+    trainer = Trainer(
+        model=model, args=args, train_dataset=Dataset.from_list(rows), data_collator=next(iter(collator), None)
+    )
     loss = trainer.train().training_loss
     update = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
     return loss, update

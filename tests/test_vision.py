@@ -35,8 +35,14 @@ from gmlp.tasks.image_classification import image_processor_for, load_digits_dat
 
 def tiny_config(**overrides):
     settings = {
-        "image_size": 16, "patch_size": 4, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
-        "num_labels": 3, "spatial_init_eps": 16.0, "drop_path_rate": 0.0,
+        "image_size": 16,
+        "patch_size": 4,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_hidden_layers": 2,
+        "num_labels": 3,
+        "spatial_init_eps": 16.0,
+        "drop_path_rate": 0.0,
     }
     return GMLPVisionConfig(**{**settings, **overrides})
 
@@ -152,7 +158,9 @@ def test_stochastic_depth_drops_whole_samples_and_rescales_the_kept_ones():
 
 def test_wrong_image_size_is_a_clear_error():
     model = GMLPForImageClassification(tiny_config())
-    with pytest.raises(ValueError, match=r"Expected pixel_values of shape \(batch_size, 3, 16, 16\), got \(2, 3, 32, 32\)"):
+    with pytest.raises(
+        ValueError, match=r"Expected pixel_values of shape \(batch_size, 3, 16, 16\), got \(2, 3, 32, 32\)"
+    ):
         model(images(size=32))
     with pytest.raises(ValueError, match="image processor"):
         model(torch.randn(2, 1, 16, 16))
@@ -176,7 +184,10 @@ def test_auto_classes_build_save_and_reload(tmp_path):
     assert type(AutoModel.from_config(config)) is GMLPVisionModel
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["model_type"] == "gmlp_vision" and saved["auto_map"]["AutoConfig"] == "configuration_gmlp.GMLPVisionConfig"
+    assert (
+        saved["model_type"] == "gmlp_vision"
+        and saved["auto_map"]["AutoConfig"] == "configuration_gmlp.GMLPVisionConfig"
+    )
     assert (tmp_path / "modeling_gmlp.py").exists() and (tmp_path / "configuration_gmlp.py").exists()
     reloaded = AutoModelForImageClassification.from_pretrained(tmp_path).eval()
     with torch.no_grad():
@@ -202,9 +213,18 @@ def test_remote_code_loads_without_the_package(tmp_path):
     torch.save(images(), tmp_path / "inputs.pt")
     (tmp_path / "load.py").write_text(REMOTE_LOAD)
     run = subprocess.run(
-        [sys.executable, str(tmp_path / "load.py"), str(tmp_path / "checkpoint"), str(tmp_path / "inputs.pt"),
-         str(tmp_path / "outputs.pt")],
-        cwd=tmp_path, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            str(tmp_path / "load.py"),
+            str(tmp_path / "checkpoint"),
+            str(tmp_path / "inputs.pt"),
+            str(tmp_path / "outputs.pt"),
+        ],
+        cwd=tmp_path,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert run.returncode == 0, run.stderr
     result = torch.load(tmp_path / "outputs.pt")
@@ -226,8 +246,12 @@ def test_image_processor_and_pipeline(tmp_path):
     with torch.no_grad():
         probabilities = model(pixels).logits.softmax(-1)[0]
     predictions = pipeline("image-classification", model=str(tmp_path))(picture)
-    assert [p["label"] for p in predictions] == [config.id2label[i] for i in probabilities.argsort(descending=True).tolist()]
-    assert [p["score"] for p in predictions] == pytest.approx(probabilities.sort(descending=True).values.tolist(), abs=1e-5)
+    assert [p["label"] for p in predictions] == [
+        config.id2label[i] for i in probabilities.argsort(descending=True).tolist()
+    ]
+    assert [p["score"] for p in predictions] == pytest.approx(
+        probabilities.sort(descending=True).values.tolist(), abs=1e-5
+    )
 
 
 def import_timm():
@@ -242,7 +266,9 @@ def import_timm():
         sys.path.append(timm_path)
     if importlib.util.find_spec("timm") is None:
         if os.environ.get("CI"):
-            pytest.fail("timm is not installed: .ci/run must `pip install --no-deps --target DIR timm` (GMLP_TIMM_PATH=DIR).")
+            pytest.fail(
+                "timm is not installed: .ci/run must `pip install --no-deps --target DIR timm` (GMLP_TIMM_PATH=DIR)."
+            )
         pytest.skip("timm is not installed (`pip install --no-deps --target DIR timm`, then GMLP_TIMM_PATH=DIR)")
     return _import_timm()
 
@@ -260,7 +286,11 @@ def test_converted_timm_gmlp_s16_gives_timm_logits():
     timm = import_timm()
     reference = randomize(timm.create_model("gmlp_s16_224", pretrained=False))
     model = convert_timm_model(reference.state_dict())
-    assert (model.config.hidden_size, model.config.intermediate_size, model.config.num_hidden_layers) == (256, 1536, 30)
+    assert (model.config.hidden_size, model.config.intermediate_size, model.config.num_hidden_layers) == (
+        256,
+        1536,
+        30,
+    )
     assert (model.config.image_size, model.config.patch_size, model.config.num_labels) == (224, 16, 1000)
     pixels = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -274,8 +304,16 @@ def tiny_timm_gmlp(timm):
     """timm's MlpMixer with gMLP blocks, as its `gmlp_*_224` functions build it, at a tiny size."""
     mixer = timm.models.mlp_mixer
     return randomize(
-        mixer.MlpMixer(num_classes=5, img_size=32, patch_size=8, num_blocks=2, embed_dim=24, mlp_ratio=6,
-                       block_layer=mixer.SpatialGatingBlock, mlp_layer=timm.layers.GatedMlp)
+        mixer.MlpMixer(
+            num_classes=5,
+            img_size=32,
+            patch_size=8,
+            num_blocks=2,
+            embed_dim=24,
+            mlp_ratio=6,
+            block_layer=mixer.SpatialGatingBlock,
+            mlp_layer=timm.layers.GatedMlp,
+        )
     )
 
 
@@ -288,12 +326,15 @@ def test_config_and_state_dict_from_a_small_timm_model():
     assert config.layer_norm_eps == 1e-6
     converted = convert_timm_state_dict(state_dict)
     torch.testing.assert_close(
-        converted["gmlp.encoder.layer.1.sgu.spatial_proj.weight"][0], state_dict["blocks.1.mlp_channels.gate.proj.weight"]
+        converted["gmlp.encoder.layer.1.sgu.spatial_proj.weight"][0],
+        state_dict["blocks.1.mlp_channels.gate.proj.weight"],
     )
     assert converted["gmlp.encoder.layer.1.sgu.spatial_proj.bias"].shape == (1, 16)
     pixels = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        torch.testing.assert_close(convert_timm_model(state_dict)(pixels).logits, reference(pixels), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            convert_timm_model(state_dict)(pixels).logits, reference(pixels), atol=1e-5, rtol=1e-5
+        )
 
 
 def test_converter_rejects_other_timm_models():
@@ -344,14 +385,36 @@ def test_digits_dataset_is_a_stratified_split_of_rgb_images():
 
 
 def test_run_image_classification_trains_a_tiny_model_on_digits(tmp_path):
-    metrics = run_image_classification.main([
-        "--config_name", "gmlp-tiny",
-        "--config_overrides", "hidden_size=32,intermediate_size=64,num_hidden_layers=2,image_size=16",
-        "--output_dir", str(tmp_path / "out"), "--do_train", "--do_eval", "--num_train_epochs", "3",
-        "--learning_rate", "4e-3", "--per_device_train_batch_size", "32", "--per_device_eval_batch_size", "120",
-        "--warmup_steps", "10",
-        "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", "--seed", "0",
-    ])
+    metrics = run_image_classification.main(
+        [
+            "--config_name",
+            "gmlp-tiny",
+            "--config_overrides",
+            "hidden_size=32,intermediate_size=64,num_hidden_layers=2,image_size=16",
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--do_train",
+            "--do_eval",
+            "--num_train_epochs",
+            "3",
+            "--learning_rate",
+            "4e-3",
+            "--per_device_train_batch_size",
+            "32",
+            "--per_device_eval_batch_size",
+            "120",
+            "--warmup_steps",
+            "10",
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+            "--disable_tqdm",
+            "true",
+            "--seed",
+            "0",
+        ]
+    )
     assert metrics["eval_samples"] == 360
     assert metrics["eval_accuracy"] > 0.7  # chance is 0.1; this run gives 0.81
     classifier = pipeline("image-classification", model=str(tmp_path / "out"))

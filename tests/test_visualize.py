@@ -20,8 +20,14 @@ def assert_is_a_drawing(path, min_width):
 @pytest.fixture
 def text_checkpoint(tmp_path):
     """A Toeplitz MLM whose layer l has w[k] = (l + 1) * k: W[i, j] = (l + 1) * (i - j + n - 1)."""
-    config = GMLPConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=3,
-                        max_position_embeddings=9, spatial_weight_type="toeplitz")
+    config = GMLPConfig(
+        vocab_size=40,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=3,
+        max_position_embeddings=9,
+        spatial_weight_type="toeplitz",
+    )
     model = GMLPForMaskedLM(config)
     with torch.no_grad():
         for index, layer in enumerate(model.gmlp.encoder.layer):
@@ -39,8 +45,15 @@ def test_text_filters_are_the_middle_rows_of_w(text_checkpoint, tmp_path):
 
 
 def test_causal_text_filters_see_only_the_past(tmp_path):
-    config = GMLPConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                        max_position_embeddings=9, is_decoder=True, spatial_weight_type="dense")
+    config = GMLPConfig(
+        vocab_size=40,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        max_position_embeddings=9,
+        is_decoder=True,
+        spatial_weight_type="dense",
+    )
     model = GMLPForMaskedLM(config)
     with torch.no_grad():
         model.gmlp.encoder.layer[0].sgu.spatial_proj.weight.fill_(1.0)
@@ -75,8 +88,10 @@ def test_command_line_writes_the_png(text_checkpoint, tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "options, message",
-    [({"layers": [3]}, r"Layers \[3\] do not exist: the model has layers 0 to 2"),
-     ({"head": 1}, r"Head 1 does not exist: the model has 1 SGU head")],
+    [
+        ({"layers": [3]}, r"Layers \[3\] do not exist: the model has layers 0 to 2"),
+        ({"head": 1}, r"Head 1 does not exist: the model has 1 SGU head"),
+    ],
 )
 def test_bad_choices_are_clear_errors(text_checkpoint, tmp_path, options, message):
     with pytest.raises(ValueError, match=message):

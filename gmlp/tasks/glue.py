@@ -44,33 +44,51 @@ GLUE_TASKS = {
     task.name: task
     for task in [
         GlueTask(
-            "cola", "CoLA", ("sentence",), ("unacceptable", "acceptable"), {"sentence": "sentence", "label": "label"},
+            "cola",
+            "CoLA",
+            ("sentence",),
+            ("unacceptable", "acceptable"),
+            {"sentence": "sentence", "label": "label"},
             headerless_fields=("source", "label", "orig_label", "sentence"),
         ),
         GlueTask("sst2", "SST-2", ("sentence",), ("negative", "positive"), {"sentence": "sentence", "label": "label"}),
         GlueTask(
-            "mrpc", "MRPC", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"),
+            "mrpc",
+            "MRPC",
+            ("sentence1", "sentence2"),
+            ("not_equivalent", "equivalent"),
             {"sentence1": "#1 String", "sentence2": "#2 String", "label": "Quality"},
         ),
         GlueTask("stsb", "STS-B", ("sentence1", "sentence2"), None, {**_PAIR, "label": "score"}),
         GlueTask(
-            "qqp", "QQP", ("question1", "question2"), ("not_duplicate", "duplicate"),
+            "qqp",
+            "QQP",
+            ("question1", "question2"),
+            ("not_duplicate", "duplicate"),
             {"question1": "question1", "question2": "question2", "label": "is_duplicate"},
         ),
         GlueTask(
-            "mnli", "MNLI", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"),
+            "mnli",
+            "MNLI",
+            ("premise", "hypothesis"),
+            ("entailment", "neutral", "contradiction"),
             {"premise": "sentence1", "hypothesis": "sentence2", "label": "gold_label"},
             eval_splits=("validation_matched", "validation_mismatched"),
             test_splits=("test_matched", "test_mismatched"),
         ),
         GlueTask(
-            "qnli", "QNLI", ("question", "sentence"), ("entailment", "not_entailment"),
+            "qnli",
+            "QNLI",
+            ("question", "sentence"),
+            ("entailment", "not_entailment"),
             {"question": "question", "sentence": "sentence", "label": "label"},
         ),
         GlueTask(
             "rte", "RTE", ("sentence1", "sentence2"), ("entailment", "not_entailment"), {**_PAIR, "label": "label"}
         ),
-        GlueTask("wnli", "WNLI", ("sentence1", "sentence2"), ("not_entailment", "entailment"), {**_PAIR, "label": "label"}),
+        GlueTask(
+            "wnli", "WNLI", ("sentence1", "sentence2"), ("not_entailment", "entailment"), {**_PAIR, "label": "label"}
+        ),
     ]
 }
 
@@ -98,7 +116,11 @@ def dataset_features(task: GlueTask) -> datasets.Features:
     """The Hub's features for `task`: the text columns, `label` (a ClassLabel, or float32 for STS-B) and `idx`."""
     label = datasets.Value("float32") if task.is_regression else datasets.ClassLabel(names=list(task.label_names))
     return datasets.Features(
-        {**{column: datasets.Value("string") for column in task.text_columns}, "label": label, "idx": datasets.Value("int32")}
+        {
+            **{column: datasets.Value("string") for column in task.text_columns},
+            "label": label,
+            "idx": datasets.Value("int32"),
+        }
     )
 
 
@@ -146,7 +168,9 @@ def read_glue_tsv(path: str, task: GlueTask, is_test: bool = False) -> list[dict
         wanted = {column: source for column, source in task.tsv_columns.items() if not (is_test and column == "label")}
         missing = [source for source in wanted.values() if source not in header]
         if missing:
-            raise ValueError(f"{path} has no column(s) {missing} (its header: {header}); is it GLUE's {task.folder} file?")
+            raise ValueError(
+                f"{path} has no column(s) {missing} (its header: {header}); is it GLUE's {task.folder} file?"
+            )
         positions = {column: header.index(source) for column, source in wanted.items()}
         # MNLI's gold label is the last column, after a variable number of annotator labels.
         if task.name == "mnli" and "label" in positions:
@@ -156,7 +180,9 @@ def read_glue_tsv(path: str, task: GlueTask, is_test: bool = False) -> list[dict
         first_line = 1 if task.headerless_fields and not is_test else 2
         for line_number, fields in enumerate(reader, start=first_line):
             if len(fields) <= max(position for position in positions.values()):
-                raise ValueError(f"{path}, line {line_number}: {len(fields)} fields, fewer than the header's {len(header)}.")
+                raise ValueError(
+                    f"{path}, line {line_number}: {len(fields)} fields, fewer than the header's {len(header)}."
+                )
             row = {column: fields[position] for column, position in positions.items()}
             row["label"] = -1 if is_test else encode_label(row["label"], task, f"{path}, line {line_number}")
             row["idx"] = int(fields[index_position]) if index_position is not None else len(rows)
@@ -208,8 +234,13 @@ def encode_label(value, task: GlueTask, where: str) -> int | float:
 
 def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
     """Raise ValueError naming the examples of `dataset` (read from `source`) whose label is empty."""
-    blank = [index for index, value in enumerate(dataset["label"])
-             if value is None or (isinstance(value, float) and math.isnan(value)) or (isinstance(value, str) and not value.strip())]
+    blank = [
+        index
+        for index, value in enumerate(dataset["label"])
+        if value is None
+        or (isinstance(value, float) and math.isnan(value))
+        or (isinstance(value, str) and not value.strip())
+    ]
     if blank:
         shown = ", ".join(str(index) for index in blank[:5]) + (", ..." if len(blank) > 5 else "")
         raise ValueError(
@@ -218,7 +249,9 @@ def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
         )
 
 
-def encode_task_labels(dataset: datasets.Dataset, task: GlueTask, source: str, labelled: bool = True) -> datasets.Dataset:
+def encode_task_labels(
+    dataset: datasets.Dataset, task: GlueTask, source: str, labelled: bool = True
+) -> datasets.Dataset:
     """A csv/json `dataset` with `task`'s columns, its labels checked and cast to the task's label ids (-1, as on
     the Hub, for an unlabelled test set)."""
     columns = (*task.text_columns, "label") if labelled else task.text_columns
@@ -281,7 +314,11 @@ def glue_compute_metrics(config_name: str, is_regression: bool, **load_kwargs):
     metric = load_metric("glue", config_name, **load_kwargs)
 
     def compute_metrics(eval_prediction):
-        logits = eval_prediction.predictions[0] if isinstance(eval_prediction.predictions, tuple) else eval_prediction.predictions
+        logits = (
+            eval_prediction.predictions[0]
+            if isinstance(eval_prediction.predictions, tuple)
+            else eval_prediction.predictions
+        )
         predictions = np.squeeze(logits) if is_regression else np.argmax(logits, axis=1)
         return metric.compute(predictions=predictions, references=eval_prediction.label_ids)
 

@@ -3,10 +3,9 @@ blocks), the on-the-fly tokenizer, and the masked-token metrics."""
 
 import logging
 import math
+from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-
-from dataclasses import dataclass
 
 import datasets
 import numpy as np
@@ -49,7 +48,9 @@ def train_or_load_tokenizer(
         if training_args.process_index == 0:
             logger.info(f"Training a WordPiece tokenizer of {vocab_size} tokens on the training data")
             tokenizer = train_tokenizer(
-                train_dataset, vocab_size=vocab_size, model_max_length=model_max_length,
+                train_dataset,
+                vocab_size=vocab_size,
+                model_max_length=model_max_length,
                 text_column=text_column_of(train_dataset, "The training data"),
             )
             tokenizer.save_pretrained(training_args.output_dir)
@@ -147,7 +148,9 @@ def log_truncation(dataset: datasets.Dataset, source: str, max_seq_length: int) 
     return dataset.remove_columns("truncated_tokens")
 
 
-def with_fixed_mask(dataset: datasets.Dataset, collator: DataCollatorForLanguageModeling, seed: int) -> datasets.Dataset:
+def with_fixed_mask(
+    dataset: datasets.Dataset, collator: DataCollatorForLanguageModeling, seed: int
+) -> datasets.Dataset:
     """`dataset` masked once, with a generator seeded by `seed`: each example gets its masked `input_ids` and its
     `labels`, so that every evaluation of every checkpoint scores the same masked positions (a fresh random mask
     per evaluation moves the perplexity by several percent). `MaskedLMCollator` only pads such examples."""
@@ -165,8 +168,12 @@ def with_fixed_mask(dataset: datasets.Dataset, collator: DataCollatorForLanguage
         return {key: value[0].tolist() for key, value in batch.items()}
 
     # One example at a time, in order, in this process: the masks depend only on the seed and the data.
-    return dataset.map(mask, remove_columns=[c for c in ("special_tokens_mask", "offset_mapping") if c in dataset.column_names],
-                       desc="Fixing the evaluation mask", load_from_cache_file=False)
+    return dataset.map(
+        mask,
+        remove_columns=[c for c in ("special_tokens_mask", "offset_mapping") if c in dataset.column_names],
+        desc="Fixing the evaluation mask",
+        load_from_cache_file=False,
+    )
 
 
 @dataclass
@@ -230,7 +237,8 @@ def perplexity(eval_loss: float) -> float:
 def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[dict]:
     """The `top_k` fill-mask predictions for `text`, which must contain the tokenizer's mask token once."""
     if text.count(tokenizer.mask_token) != 1:
-        raise ValueError(f"The fill-mask text must contain the mask token {tokenizer.mask_token!r} once, got {text!r}.")
+        raise ValueError(
+            f"The fill-mask text must contain the mask token {tokenizer.mask_token!r} once, got {text!r}."
+        )
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, device=model.device)
     return fill(text, top_k=top_k)
-

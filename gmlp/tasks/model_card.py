@@ -25,12 +25,16 @@ def architecture(config) -> str:
     if config.model_type not in ("gmlp", "gmlp_vision"):
         return f"{config.model_type} model"
     if config.model_type == "gmlp_vision":
-        return (f"vision gMLP: {config.num_hidden_layers} blocks, d_model {config.hidden_size}, d_ffn "
-                f"{config.intermediate_size}, {config.image_size}x{config.image_size} images in "
-                f"{config.patch_size}x{config.patch_size} patches")
+        return (
+            f"vision gMLP: {config.num_hidden_layers} blocks, d_model {config.hidden_size}, d_ffn "
+            f"{config.intermediate_size}, {config.image_size}x{config.image_size} images in "
+            f"{config.patch_size}x{config.patch_size} patches"
+        )
     kind = "aMLP" if config.tiny_attention_size else "gMLP"
-    shape = (f"{kind}: {config.num_hidden_layers} blocks, d_model {config.hidden_size}, d_ffn {config.intermediate_size}, "
-             f"n {config.max_position_embeddings} tokens, {config.spatial_weight_type} spatial weights")
+    shape = (
+        f"{kind}: {config.num_hidden_layers} blocks, d_model {config.hidden_size}, d_ffn {config.intermediate_size}, "
+        f"n {config.max_position_embeddings} tokens, {config.spatial_weight_type} spatial weights"
+    )
     if config.tiny_attention_size:
         shape += f", tiny attention {config.tiny_attention_size}"
     return shape + (", causal" if config.is_decoder else "")
@@ -64,22 +68,33 @@ def model_card(
         origin = f"fine-tuned from a local checkpoint ({os.path.basename(os.path.normpath(base_model))})"
     trained_on = os.path.basename(dataset) if dataset and os.path.exists(dataset) else dataset
     lines = [
-        *metadata, "", f"# {repo_id}", "",
+        *metadata,
+        "",
+        f"# {repo_id}",
+        "",
         f"A {architecture(config)}; {parameters / 1e6:.2f}M parameters. The gMLP family is from {PAPER}: "
         "blocks of channel projections and a spatial gating unit instead of self-attention (aMLP adds a tiny "
-        f"attention). This model is for {task}, {origin}"
-        + (f", on {trained_on}." if trained_on else "."),
-        "", "## Usage", "",
+        f"attention). This model is for {task}, {origin}" + (f", on {trained_on}." if trained_on else "."),
+        "",
+        "## Usage",
+        "",
         "The model's code is saved with its weights, so it loads without installing anything but `transformers`:",
-        "", "```python", f"from transformers import {auto_class}", "",
-        f'model = {auto_class}.from_pretrained("{repo_id}", trust_remote_code=True)', "```", "",
+        "",
+        "```python",
+        f"from transformers import {auto_class}",
+        "",
+        f'model = {auto_class}.from_pretrained("{repo_id}", trust_remote_code=True)',
+        "```",
+        "",
         "(With the `gmlp` package installed, `import gmlp` registers the classes and `trust_remote_code` is not needed.)",
     ]
     if config.model_type != "gmlp_vision":
         lines[-1:-1] = ["", "The tokenizer is saved with it: `AutoTokenizer.from_pretrained(...)` on the same id.", ""]
     if metrics:
         lines += ["", "## Results", "", "| metric | value |", "|---|---|"]
-        lines += [f"| {name} | {value:.4g} |" for name, value in sorted(metrics.items()) if isinstance(value, float | int)]
+        lines += [
+            f"| {name} | {value:.4g} |" for name, value in sorted(metrics.items()) if isinstance(value, float | int)
+        ]
     if hyperparameters:
         lines += ["", "## Training", "", "| hyperparameter | value |", "|---|---|"]
         lines += [f"| {name} | {value} |" for name, value in hyperparameters.items()]

@@ -20,7 +20,10 @@ SQUAD_FEATURES = datasets.Features(
         "title": datasets.Value("string"),
         "context": datasets.Value("string"),
         "question": datasets.Value("string"),
-        "answers": {"text": datasets.Sequence(datasets.Value("string")), "answer_start": datasets.Sequence(datasets.Value("int32"))},
+        "answers": {
+            "text": datasets.Sequence(datasets.Value("string")),
+            "answer_start": datasets.Sequence(datasets.Value("int32")),
+        },
     }
 )
 
@@ -40,7 +43,9 @@ def read_json(path: str):
     """The JSON document in `path`, or None if it is not one (e.g. JSON lines); clear errors for a missing, empty or
     non-UTF-8 file."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"SQuAD file {path!r} does not exist; check the --train_file / --validation_file path.")
+        raise FileNotFoundError(
+            f"SQuAD file {path!r} does not exist; check the --train_file / --validation_file path."
+        )
     check_text_file(path, "The SQuAD file")
     with open(path, encoding="utf-8") as file:
         try:
@@ -52,9 +57,9 @@ def read_json(path: str):
 def squad_rows(squad, path: str) -> datasets.Dataset:
     """The questions of a parsed official SQuAD document (read from `path`), with the Hub's `squad` columns."""
     if not isinstance(squad, dict) or not isinstance(squad.get("data"), list):
-        raise ValueError(
-            f"{path} is not in SQuAD's format: expected {{\"data\": [{{\"title\", \"paragraphs\": [{{\"context\", "
-            "\"qas\": [...]}]}]}]}."
+        raise ValueError(  # noqa: TRY004 (a file's content, not an argument's type)
+            f'{path} is not in SQuAD\'s format: expected {{"data": [{{"title", "paragraphs": [{{"context", '
+            '"qas": [...]}]}]}]}.'
         )
     rows = []
     for article in squad["data"]:
@@ -116,7 +121,9 @@ def check_training_answers(
             f"contexts ({shown}{'; ...' if len(bad) > 3 else ''}). Fix the answer_start offsets, or pass "
             "--skip_invalid_answers to train without those questions."
         )
-    logger.warning(f"--skip_invalid_answers: skipping {len(bad)} of {len(examples)} training questions of {source} ({shown})")
+    logger.warning(
+        f"--skip_invalid_answers: skipping {len(bad)} of {len(examples)} training questions of {source} ({shown})"
+    )
     return examples.filter(lambda example: example["id"] not in bad)
 
 
@@ -125,7 +132,9 @@ def check_squad_columns(dataset: datasets.Dataset, source: str, needs_answers: b
     columns = ["id", "question", "context"] + (["answers"] if needs_answers else [])
     missing = [column for column in columns if column not in dataset.column_names]
     if missing:
-        raise ValueError(f"{source} has no column(s) {missing} (its columns: {dataset.column_names}); SQuAD needs {columns}.")
+        raise ValueError(
+            f"{source} has no column(s) {missing} (its columns: {dataset.column_names}); SQuAD needs {columns}."
+        )
 
 
 def _check_window(questions: list[str], tokenizer, max_seq_length: int, doc_stride: int) -> None:
@@ -209,7 +218,8 @@ def prepare_validation_features(
         sequence_ids = tokenized.sequence_ids(i)
         tokenized["example_id"].append(examples["id"][sample_mapping[i]])
         tokenized["offset_mapping"][i] = [
-            offset if sequence_ids[k] == context_index else None for k, offset in enumerate(tokenized["offset_mapping"][i])
+            offset if sequence_ids[k] == context_index else None
+            for k, offset in enumerate(tokenized["offset_mapping"][i])
         ]
     return tokenized
 
@@ -277,7 +287,9 @@ def postprocess_qa_predictions(
             candidate["text"] = context[start_char:end_char]
         if version_2_with_negative:
             null = {"text": "", "score": float(min_null_score), "start_logit": None, "end_logit": None}
-            candidates = sorted(candidates + [null], key=lambda candidate: candidate["score"], reverse=True)[:n_best_size]
+            candidates = sorted(candidates + [null], key=lambda candidate: candidate["score"], reverse=True)[
+                :n_best_size
+            ]
         if not candidates:
             candidates = [{"text": "", "score": 0.0, "start_logit": 0.0, "end_logit": 0.0}]
         scores = np.array([candidate["score"] for candidate in candidates])
@@ -319,7 +331,8 @@ def metric_inputs(answers: dict[str, str], examples: datasets.Dataset, version_2
     """`predictions` and `references` in the format of the `squad` / `squad_v2` metrics."""
     if version_2_with_negative:
         predictions = [
-            {"id": example_id, "prediction_text": text, "no_answer_probability": 0.0} for example_id, text in answers.items()
+            {"id": example_id, "prediction_text": text, "no_answer_probability": 0.0}
+            for example_id, text in answers.items()
         ]
     else:
         predictions = [{"id": example_id, "prediction_text": text} for example_id, text in answers.items()]

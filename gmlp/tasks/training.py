@@ -15,8 +15,8 @@ from pathlib import Path
 import datasets
 import torch
 import transformers
-from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, PreTrainedConfig, TrainingArguments
 from safetensors import safe_open
+from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, PreTrainedConfig, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
 from ..configuration_gmlp import PRESETS, GMLPConfig
@@ -48,7 +48,9 @@ class ModelArguments:
     )
     config_overrides: str | None = field(
         default=None,
-        metadata={"help": "Config fields to override, e.g. `num_hidden_layers=2,hidden_size=64,hidden_dropout_prob=0`."},
+        metadata={
+            "help": "Config fields to override, e.g. `num_hidden_layers=2,hidden_size=64,hidden_dropout_prob=0`."
+        },
     )
     tokenizer_name: str | None = field(
         default=None, metadata={"help": "A tokenizer directory or Hub id, if not the one of --model_name_or_path."}
@@ -76,8 +78,10 @@ class RunArguments:
 
     overwrite_output_dir: bool = field(
         default=False,
-        metadata={"help": "Replace the results of an earlier run in --output_dir; without it, an output directory that "
-                  "holds another run's results (*_results.json) is refused, so that results never mix."},
+        metadata={
+            "help": "Replace the results of an earlier run in --output_dir; without it, an output directory that "
+            "holds another run's results (*_results.json) is refused, so that results never mix."
+        },
     )
 
 
@@ -97,13 +101,18 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None):
             arguments["use_cpu"] = True
         *parsed, run_args = parser.parse_dict(arguments)
     else:
-        asks_bf16 = any(arg in ("--bf16", "--bf16_full_eval") and value.lower() not in ("false", "0")
-                        for arg, value in zip(argv, [*argv[1:], "true"]))
+        asks_bf16 = any(
+            arg in ("--bf16", "--bf16_full_eval") and value.lower() not in ("false", "0")
+            for arg, value in zip(argv, [*argv[1:], "true"])
+        )
         if bf16_needs_the_cpu(asks_bf16, "--use_cpu" in argv):
             argv = [*argv, "--use_cpu"]
         *parsed, run_args = parser.parse_args_into_dataclasses(args=argv)
     training_args = next(args for args in parsed if isinstance(args, TrainingArguments))
-    for flag, asked in (("--fsdp", training_args.fsdp_plugin_args is not None), ("--deepspeed", training_args.deepspeed)):
+    for flag, asked in (
+        ("--fsdp", training_args.fsdp_plugin_args is not None),
+        ("--deepspeed", training_args.deepspeed),
+    ):
         if asked and training_args.device.type == "cpu":
             raise ValueError(
                 f"{flag} needs accelerators: Accelerate turns it on only for GPU (and similar) runs, and on the CPU the "
@@ -173,7 +182,10 @@ def setup_logging(training_args: TrainingArguments) -> None:
 
 
 def load_config(
-    model_args: ModelArguments, config_class: type[PreTrainedConfig] = GMLPConfig, presets: dict = PRESETS, **task_kwargs
+    model_args: ModelArguments,
+    config_class: type[PreTrainedConfig] = GMLPConfig,
+    presets: dict = PRESETS,
+    **task_kwargs,
 ) -> PreTrainedConfig:
     """The model config: a preset of `config_class`, a config path / Hub id, or the checkpoint's, then
     `--config_overrides`.
@@ -212,7 +224,9 @@ def apply_config_overrides(config: PreTrainedConfig, overrides: str) -> None:
     try:
         config.update_from_string(overrides)
     except ValueError as error:
-        raise ValueError(f"--config_overrides {overrides!r}: {error}. Valid keys: {sorted(config.to_dict())}.") from error
+        raise ValueError(
+            f"--config_overrides {overrides!r}: {error}. Valid keys: {sorted(config.to_dict())}."
+        ) from error
     config.validate()
     logger.info(f"Config after --config_overrides: {config}")
 
@@ -373,7 +387,7 @@ def weights_problem(folder: Path) -> str | None:
             try:
                 with safe_open(str(folder / name), framework="pt") as weights:
                     weights.keys()
-            except Exception as error:  # safetensors raises its own error types for a bad header or a short file
+            except Exception as error:  # noqa: BLE001 (safetensors raises its own types for a bad header or a short file)
                 return f"{folder / name} is truncated or corrupt ({error})"
     return None
 
@@ -408,8 +422,11 @@ def resolve_checkpoint(training_args: TrainingArguments) -> str | None:
     folder = Path(path)
     if not folder.is_dir():
         raise FileNotFoundError(f"--resume_from_checkpoint {path!r} is not a directory; pass a checkpoint-* folder.")
-    numbered = [(int(match.group(1)), child) for child in folder.iterdir()
-                if child.is_dir() and (match := re.fullmatch(r"checkpoint-(\d+)", child.name))]
+    numbered = [
+        (int(match.group(1)), child)
+        for child in folder.iterdir()
+        if child.is_dir() and (match := re.fullmatch(r"checkpoint-(\d+)", child.name))
+    ]
     if not numbered:
         problem = checkpoint_problem(folder)
         if problem:
@@ -447,8 +464,9 @@ def record_metrics(trainer, split: str, metrics: dict) -> None:
     trainer.save_metrics(split, metrics)
 
 
-def publish(trainer, training_args: TrainingArguments, model_args: ModelArguments, task: str,
-            dataset: str | None = None) -> None:
+def publish(
+    trainer, training_args: TrainingArguments, model_args: ModelArguments, task: str, dataset: str | None = None
+) -> None:
     """Write the model card (`gmlp.model_card`: what the model is, how to load it, its data and results) into the
     output directory, and push to the Hub with `--push_to_hub`."""
 
@@ -493,8 +511,8 @@ __all__ = [
     "ModelArguments",
     "apply_config_overrides",
     "check_max_seq_length",
-    "load_config",
     "check_text_file",
+    "load_config",
     "load_data_files",
     "load_dataset_or_saved",
     "load_model",

@@ -50,9 +50,23 @@ def fetch(target: Path) -> None:
     version = transformers.__version__
     with tempfile.TemporaryDirectory() as download:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-             f"transformers=={version}", "--dest", download],
-            check=True, capture_output=True, text=True, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"transformers=={version}",
+                "--dest",
+                download,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         archive = next(Path(download).glob("transformers-*.tar.gz"))
         staging = Path(tempfile.mkdtemp(dir=target.parent))

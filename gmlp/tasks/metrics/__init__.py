@@ -9,7 +9,6 @@ from pathlib import Path
 
 import evaluate
 
-
 METRIC_NAMES = ("glue", "squad", "squad_v2")
 
 

@@ -11,7 +11,6 @@ import datasets
 import evaluate
 from evaluate.utils import logging
 
-
 logger = logging.get_logger(__name__)
 
 _CITATION = """\

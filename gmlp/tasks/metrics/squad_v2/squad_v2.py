@@ -11,7 +11,6 @@ from collections import Counter
 import datasets
 import evaluate
 
-
 _CITATION = """\
 @inproceedings{Rajpurkar2018SQuAD20,
   title={Know What You Don't Know: Unanswerable Questions for SQuAD},
