@@ -3,19 +3,10 @@
 Importing this package registers the configuration and every model with the Auto classes.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForImageClassification,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+import transformers
 
-from .configuration_gmlp import PRESETS, VISION_PRESETS, GMLPConfig, GMLPVisionConfig
+from . import modeling_gmlp
+from .configuration_gmlp import AUTO_MAP, PRESETS, VISION_AUTO_MAP, VISION_PRESETS, GMLPConfig, GMLPVisionConfig
 from .modeling_gmlp import (
     GMLPForCausalLM,
     GMLPForImageClassification,
@@ -32,30 +23,23 @@ from .modeling_gmlp import (
 
 __version__ = "0.1.0"
 
-_AUTO_CLASSES = {
-    AutoModel: GMLPModel,
-    AutoModelForMaskedLM: GMLPForMaskedLM,
-    AutoModelForCausalLM: GMLPForCausalLM,
-    AutoModelForSequenceClassification: GMLPForSequenceClassification,
-    AutoModelForMultipleChoice: GMLPForMultipleChoice,
-    AutoModelForTokenClassification: GMLPForTokenClassification,
-    AutoModelForQuestionAnswering: GMLPForQuestionAnswering,
-}
 
-AutoConfig.register(GMLPConfig.model_type, GMLPConfig, exist_ok=True)
-GMLPConfig.register_for_auto_class()
-for _auto_class, _model_class in _AUTO_CLASSES.items():
-    _auto_class.register(GMLPConfig, _model_class, exist_ok=True)
-    # Makes save_pretrained copy the code files next to the weights, for `trust_remote_code=True` loading.
-    _model_class.register_for_auto_class(_auto_class.__name__)
+def _register(config_class, auto_map: dict) -> None:
+    """Register `config_class` and its models with the Auto classes, from the `auto_map` that saved configs carry
+    (the one table of which head goes with which Auto class)."""
+    transformers.AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    config_class.register_for_auto_class()
+    for auto_name, reference in auto_map.items():
+        if auto_name == "AutoConfig":
+            continue
+        model_class = getattr(modeling_gmlp, reference.split(".")[-1])
+        getattr(transformers, auto_name).register(config_class, model_class, exist_ok=True)
+        # Makes save_pretrained copy the code files next to the weights, for `trust_remote_code=True` loading.
+        model_class.register_for_auto_class(auto_name)
 
-_VISION_AUTO_CLASSES = {AutoModel: GMLPVisionModel, AutoModelForImageClassification: GMLPForImageClassification}
 
-AutoConfig.register(GMLPVisionConfig.model_type, GMLPVisionConfig, exist_ok=True)
-GMLPVisionConfig.register_for_auto_class()
-for _auto_class, _model_class in _VISION_AUTO_CLASSES.items():
-    _auto_class.register(GMLPVisionConfig, _model_class, exist_ok=True)
-    _model_class.register_for_auto_class(_auto_class.__name__)
+_register(GMLPConfig, AUTO_MAP)
+_register(GMLPVisionConfig, VISION_AUTO_MAP)
 
 __all__ = [
     "PRESETS",
