@@ -11,6 +11,7 @@ import pytest
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 import run_mlm
+from gmlp.tasks import run_mlm as run_mlm_script
 from gmlp.tasks.mlm import DEFAULT_TRAIN_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,12 +127,12 @@ def test_line_by_line_whole_word_masking_from_csv(tmp_path):
 
 
 def test_no_data_arguments_use_the_packaged_english_text():
-    args = run_mlm.DataTrainingArguments()
+    args = run_mlm_script.DataTrainingArguments()
     assert args.train_file == DEFAULT_TRAIN_FILE
     text = Path(DEFAULT_TRAIN_FILE).read_text(encoding="utf-8")
     assert text.startswith("Shakespeare, William (1564--1616), English poet, player and playwright")
     assert len(text.split()) > 30_000
-    assert "--config_name" in run_mlm.DEMO_ARGS and "gmlp-tiny" in run_mlm.DEMO_ARGS
+    assert "--config_name" in run_mlm_script.DEMO_ARGS and "gmlp-tiny" in run_mlm_script.DEMO_ARGS
 
 
 @pytest.mark.parametrize(
