@@ -9,7 +9,7 @@ import math
 
 import torch
 from torch import nn
-from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from torch.nn import CrossEntropyLoss
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
@@ -27,7 +27,8 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 from transformers.modeling_utils import PreTrainedModel
-from transformers.utils import is_torchdynamo_compiling
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, is_torchdynamo_compiling
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
@@ -270,7 +271,7 @@ class GMLPLayer(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None = None,
         positions: tuple[torch.Tensor, torch.Tensor] | None = None,
         past_key_values: Cache | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         """`attention_mask` covers the cached tokens and then these (batch, cached + length)."""
         normed = self.norm(hidden_states)
@@ -301,7 +302,12 @@ class GMLPEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList([GMLPLayer(config, layer_idx) for layer_idx in range(config.num_hidden_layers)])
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ):
         for layer_module in self.layer:
             hidden_states = layer_module(hidden_states, attention_mask, **kwargs)
         return hidden_states
@@ -370,6 +376,15 @@ class GMLPPreTrainedModel(PreTrainedModel):
     # The token-level heads (masked LM, causal LM, token classification) use Transformers' loss and set it True.
     accepts_loss_kwargs = False
 
+    def classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Transformers' sequence-classification loss (regression for one label, cross-entropy for class ids, BCE for
+        multi-hot labels), after a clear error for class ids out of range."""
+        if self.config.num_labels > 1 and labels.dtype in (torch.long, torch.int):
+            check_labels(labels, self.config.num_labels)
+        elif self.config.num_labels == 1:
+            labels = labels.to(logits.dtype)  # regression targets given as integers
+        return self.loss_function(labels, logits, self.config)
+
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -408,7 +423,7 @@ class GMLPModel(GMLPPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         use_cache: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | BaseModelOutputWithPast:
         r"""
         input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; sequence_length (plus
@@ -549,7 +564,7 @@ class GMLPForMaskedLM(GMLPPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         sparse_prediction: bool = False,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | MaskedLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): target token ids for the
@@ -635,7 +650,7 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         labels: torch.Tensor | None = None,
         logits_to_keep: int | torch.Tensor = 0,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | CausalLMOutputWithPast:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): the input ids (shifted
@@ -670,28 +685,6 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
         )
 
 
-def sequence_classification_loss(config: GMLPConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """BERT's loss choice: regression for one label, cross-entropy for class ids, BCE for multi-hot labels."""
-    num_labels = config.num_labels
-    if config.problem_type is None:
-        if num_labels == 1:
-            config.problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            config.problem_type = "single_label_classification"
-        else:
-            config.problem_type = "multi_label_classification"
-    if config.problem_type == "regression":
-        return (
-            MSELoss()(logits.squeeze(), labels.squeeze().to(logits.dtype))
-            if num_labels == 1
-            else MSELoss()(logits, labels)
-        )
-    if config.problem_type == "single_label_classification":
-        check_labels(labels, num_labels)
-        return CrossEntropyLoss()(logits.view(-1, num_labels), labels.view(-1))
-    return BCEWithLogitsLoss()(logits, labels.to(logits.dtype))
-
-
 class GMLPForSequenceClassification(GMLPPreTrainedModel):
     """A classifier (or regressor) on the pooled sequence (`config.classifier_pooling`), e.g. for GLUE."""
 
@@ -709,7 +702,7 @@ class GMLPForSequenceClassification(GMLPPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | SequenceClassifierOutput:
         r"""
         labels (`torch.Tensor` of shape `(batch_size,)` or `(batch_size, num_labels)`, *optional*): class ids,
@@ -724,7 +717,7 @@ class GMLPForSequenceClassification(GMLPPreTrainedModel):
             **kwargs,
         )
         logits = self.classifier(outputs.last_hidden_state, attention_mask)
-        loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
+        loss = self.classification_loss(logits, labels) if labels is not None else None
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -747,7 +740,7 @@ class GMLPForMultipleChoice(GMLPPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | MultipleChoiceModelOutput:
         r"""
         input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`): one sequence per choice.
@@ -796,7 +789,7 @@ class GMLPForTokenClassification(GMLPPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | TokenClassifierOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): class id per token, -100
@@ -838,7 +831,7 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         start_positions: torch.Tensor | None = None,
         end_positions: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | QuestionAnsweringModelOutput:
         r"""
         start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*): token index of
@@ -855,11 +848,7 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
         loss = None
         if start_positions is not None and end_positions is not None:
-            ignored_index = start_logits.size(1)
-            loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
-            start_loss = loss_fct(start_logits, start_positions.view(-1).clamp(0, ignored_index))
-            end_loss = loss_fct(end_logits, end_positions.view(-1).clamp(0, ignored_index))
-            loss = (start_loss + end_loss) / 2
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
         return QuestionAnsweringModelOutput(
             loss=loss,
             start_logits=start_logits.contiguous(),
@@ -951,7 +940,7 @@ class GMLPForImageClassification(GMLPVisionPreTrainedModel):
         """
         outputs = self.gmlp(pixel_values, return_dict=True, **kwargs)
         logits = self.classifier(self.dropout(outputs.pooler_output))
-        loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
+        loss = self.classification_loss(logits, labels) if labels is not None else None
         return ImageClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
