@@ -17,14 +17,15 @@ from .training import check_text_file, require_columns
 
 
 @dataclass(frozen=True)
-class GlueTask:
-    """One GLUE task: its Hub columns and labels, and where they are in GLUE's TSV files."""
+class TextClassificationTask:
+    """A text-classification (or regression) task: a GLUE task, with its Hub columns and labels and where they are in
+    GLUE's TSV files, or the user's own data (`custom_task`, which has no GLUE folder)."""
 
     name: str
-    folder: str  # the task's folder in GLUE's data layout, e.g. "SST-2"
     text_columns: tuple[str, ...]  # Hub column names, e.g. ("sentence1", "sentence2")
     label_names: tuple[str, ...] | None  # None for regression (STS-B)
-    tsv_columns: dict[str, str]  # Hub column -> TSV header field ("label" included)
+    folder: str | None = None  # the task's folder in GLUE's data layout, e.g. "SST-2"
+    tsv_columns: dict[str, str] | None = None  # Hub column -> TSV header field ("label" included)
     headerless_fields: tuple[str, ...] | None = None  # field names of CoLA's train/dev files, which have no header
     eval_splits: tuple[str, ...] = ("validation",)
     test_splits: tuple[str, ...] = ("test",)
@@ -43,51 +44,71 @@ _PAIR = {"sentence1": "sentence1", "sentence2": "sentence2"}
 GLUE_TASKS = {
     task.name: task
     for task in [
-        GlueTask(
-            "cola",
-            "CoLA",
-            ("sentence",),
-            ("unacceptable", "acceptable"),
-            {"sentence": "sentence", "label": "label"},
+        TextClassificationTask(
+            name="cola",
+            folder="CoLA",
+            text_columns=("sentence",),
+            label_names=("unacceptable", "acceptable"),
+            tsv_columns={"sentence": "sentence", "label": "label"},
             headerless_fields=("source", "label", "orig_label", "sentence"),
         ),
-        GlueTask("sst2", "SST-2", ("sentence",), ("negative", "positive"), {"sentence": "sentence", "label": "label"}),
-        GlueTask(
-            "mrpc",
-            "MRPC",
-            ("sentence1", "sentence2"),
-            ("not_equivalent", "equivalent"),
-            {"sentence1": "#1 String", "sentence2": "#2 String", "label": "Quality"},
+        TextClassificationTask(
+            name="sst2",
+            folder="SST-2",
+            text_columns=("sentence",),
+            label_names=("negative", "positive"),
+            tsv_columns={"sentence": "sentence", "label": "label"},
         ),
-        GlueTask("stsb", "STS-B", ("sentence1", "sentence2"), None, {**_PAIR, "label": "score"}),
-        GlueTask(
-            "qqp",
-            "QQP",
-            ("question1", "question2"),
-            ("not_duplicate", "duplicate"),
-            {"question1": "question1", "question2": "question2", "label": "is_duplicate"},
+        TextClassificationTask(
+            name="mrpc",
+            folder="MRPC",
+            text_columns=("sentence1", "sentence2"),
+            label_names=("not_equivalent", "equivalent"),
+            tsv_columns={"sentence1": "#1 String", "sentence2": "#2 String", "label": "Quality"},
         ),
-        GlueTask(
-            "mnli",
-            "MNLI",
-            ("premise", "hypothesis"),
-            ("entailment", "neutral", "contradiction"),
-            {"premise": "sentence1", "hypothesis": "sentence2", "label": "gold_label"},
+        TextClassificationTask(
+            name="stsb",
+            folder="STS-B",
+            text_columns=("sentence1", "sentence2"),
+            label_names=None,
+            tsv_columns={**_PAIR, "label": "score"},
+        ),
+        TextClassificationTask(
+            name="qqp",
+            folder="QQP",
+            text_columns=("question1", "question2"),
+            label_names=("not_duplicate", "duplicate"),
+            tsv_columns={"question1": "question1", "question2": "question2", "label": "is_duplicate"},
+        ),
+        TextClassificationTask(
+            name="mnli",
+            folder="MNLI",
+            text_columns=("premise", "hypothesis"),
+            label_names=("entailment", "neutral", "contradiction"),
+            tsv_columns={"premise": "sentence1", "hypothesis": "sentence2", "label": "gold_label"},
             eval_splits=("validation_matched", "validation_mismatched"),
             test_splits=("test_matched", "test_mismatched"),
         ),
-        GlueTask(
-            "qnli",
-            "QNLI",
-            ("question", "sentence"),
-            ("entailment", "not_entailment"),
-            {"question": "question", "sentence": "sentence", "label": "label"},
+        TextClassificationTask(
+            name="qnli",
+            folder="QNLI",
+            text_columns=("question", "sentence"),
+            label_names=("entailment", "not_entailment"),
+            tsv_columns={"question": "question", "sentence": "sentence", "label": "label"},
         ),
-        GlueTask(
-            "rte", "RTE", ("sentence1", "sentence2"), ("entailment", "not_entailment"), {**_PAIR, "label": "label"}
+        TextClassificationTask(
+            name="rte",
+            folder="RTE",
+            text_columns=("sentence1", "sentence2"),
+            label_names=("entailment", "not_entailment"),
+            tsv_columns={**_PAIR, "label": "label"},
         ),
-        GlueTask(
-            "wnli", "WNLI", ("sentence1", "sentence2"), ("not_entailment", "entailment"), {**_PAIR, "label": "label"}
+        TextClassificationTask(
+            name="wnli",
+            folder="WNLI",
+            text_columns=("sentence1", "sentence2"),
+            label_names=("not_entailment", "entailment"),
+            tsv_columns={**_PAIR, "label": "label"},
         ),
     ]
 }
@@ -104,7 +125,7 @@ SPLIT_FILES = {
 }
 
 
-def get_task(name: str) -> GlueTask:
+def get_task(name: str) -> TextClassificationTask:
     """The GLUE task `name` (case-insensitive: "sst2", "SST-2" and "sst-2" all work)."""
     key = name.lower().replace("-", "")
     if key not in GLUE_TASKS:
@@ -112,7 +133,7 @@ def get_task(name: str) -> GlueTask:
     return GLUE_TASKS[key]
 
 
-def dataset_features(task: GlueTask) -> datasets.Features:
+def dataset_features(task: TextClassificationTask) -> datasets.Features:
     """The Hub's features for `task`: the text columns, `label` (a ClassLabel, or float32 for STS-B) and `idx`."""
     label = datasets.Value("float32") if task.is_regression else datasets.ClassLabel(names=list(task.label_names))
     return datasets.Features(
@@ -124,7 +145,7 @@ def dataset_features(task: GlueTask) -> datasets.Features:
     )
 
 
-def load_glue_dir(glue_dir: str, task: GlueTask, splits) -> datasets.DatasetDict:
+def load_glue_dir(glue_dir: str, task: TextClassificationTask, splits) -> datasets.DatasetDict:
     """The `splits` of `task` from a GLUE folder (`<glue_dir>/<folder>/{train,dev,test}.tsv`, GLUE's own layout).
 
     A split may also be a `.jsonl` file with the Hub's column names (e.g. MNLI's `dev_matched.jsonl`). Test files
@@ -156,7 +177,7 @@ def load_glue_dir(glue_dir: str, task: GlueTask, splits) -> datasets.DatasetDict
     return datasets.DatasetDict(result)
 
 
-def read_glue_tsv(path: str, task: GlueTask, is_test: bool = False) -> list[dict]:
+def read_glue_tsv(path: str, task: TextClassificationTask, is_test: bool = False) -> list[dict]:
     """The examples of one GLUE TSV file, with the Hub's columns; labels checked and mapped to ids."""
     # GLUE's sentences contain unbalanced `"`, so no quoting; MRPC's header starts with a byte-order mark.
     with open(path, encoding="utf-8-sig", newline="") as file:
@@ -190,7 +211,7 @@ def read_glue_tsv(path: str, task: GlueTask, is_test: bool = False) -> list[dict
     return rows
 
 
-def read_glue_jsonl(path: str, task: GlueTask) -> list[dict]:
+def read_glue_jsonl(path: str, task: TextClassificationTask) -> list[dict]:
     """The examples of a JSON-lines file with the Hub's column names (labels as names or ids)."""
     dataset = datasets.load_dataset("json", data_files=path, split="train")
     missing = [column for column in (*task.text_columns, "label") if column not in dataset.column_names]
@@ -206,7 +227,7 @@ def read_glue_jsonl(path: str, task: GlueTask) -> list[dict]:
     ]
 
 
-def encode_label(value, task: GlueTask, where: str) -> int | float:
+def encode_label(value, task: TextClassificationTask, where: str) -> int | float:
     """`value` (a label name, or an id as int or string) as the task's label id, or as a float for regression.
 
     Raises ValueError naming `where` and the task's labels for a value that is not one of them.
@@ -250,7 +271,7 @@ def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
 
 
 def encode_task_labels(
-    dataset: datasets.Dataset, task: GlueTask, source: str, labelled: bool = True
+    dataset: datasets.Dataset, task: TextClassificationTask, source: str, labelled: bool = True
 ) -> datasets.Dataset:
     """A csv/json `dataset` with `task`'s columns, its labels checked and cast to the task's label ids (-1, as on
     the Hub, for an unlabelled test set)."""
@@ -276,16 +297,16 @@ def encode_task_labels(
     return dataset.select_columns(list(dataset_features(task))).cast(dataset_features(task))
 
 
-def custom_task(train: datasets.Dataset, source: str) -> GlueTask:
+def custom_task(train: datasets.Dataset, source: str) -> TextClassificationTask:
     """A task for a custom csv/json dataset: its text columns, and its labels (the sorted distinct training labels,
     as strings, or regression for float labels)."""
     require_columns(train, ["label"], source)
     check_no_blank_labels(train, source)
     text_columns = infer_text_columns(train.column_names)
     if train.features["label"].dtype.startswith("float"):
-        return GlueTask("custom", "", text_columns, None, {})
+        return TextClassificationTask(name="custom", text_columns=text_columns, label_names=None)
     label_names = tuple(sorted({str(label) for label in train["label"]}))
-    return GlueTask("custom", "", text_columns, label_names, {}, ids_allowed=False)
+    return TextClassificationTask(name="custom", text_columns=text_columns, label_names=label_names, ids_allowed=False)
 
 
 def infer_text_columns(column_names: list[str]) -> tuple[str, ...]:
@@ -336,7 +357,7 @@ def write_predictions(path: str, predictions: np.ndarray, label_names: list[str]
 
 __all__ = [
     "GLUE_TASKS",
-    "GlueTask",
+    "TextClassificationTask",
     "custom_task",
     "dataset_features",
     "encode_label",
