@@ -141,9 +141,27 @@ class Runner:
         print(f"  done  {name}", file=sys.stderr, flush=True)
 
 
+# Config fields that do not decide a training run's result (bookkeeping, and defaults that only inference reads):
+# left out of the settings key, so that a new field of this kind does not orphan the finished runs.
+KEY_IGNORED_CONFIG_FIELDS = {
+    "transformers_version",
+    "use_cache",
+    "auto_map",
+    "_name_or_path",
+    "architectures",
+    "dtype",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+}
+
+
 def settings_key(settings) -> str:
     """A short hash of the settings that decide a run's result: part of its record's name, so that a record is reused
     only by a run with the same settings."""
+    if "config" in settings:
+        config = {k: v for k, v in settings["config"].items() if k not in KEY_IGNORED_CONFIG_FIELDS}
+        settings = {**settings, "config": config}
     return hashlib.sha1(json.dumps(settings, default=str, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -551,10 +569,10 @@ def markdown(results: dict) -> str:
         ]
         for name, by_rate in results["lr"].items():
             best = max(by_rate.values())
+            shown = {rate: f"{100 * value:.1f}" for rate, value in by_rate.items()}
             cells = [
-                f"**{100 * by_rate[str(r)]:.1f}**" if by_rate[str(r)] == best else f"{100 * by_rate[str(r)]:.1f}"
+                "–" if str(r) not in by_rate else f"**{shown[str(r)]}**" if by_rate[str(r)] == best else shown[str(r)]
                 for r in rates
-                if str(r) in by_rate
             ]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
