@@ -129,6 +129,7 @@ REMOTE_LOAD = textwrap.dedent(
     "auto_class, model_class",
     [(AutoModelForMaskedLM, GMLPForMaskedLM), (AutoModel, GMLPModel), (AutoModelForSequenceClassification, None)],
 )
+@pytest.mark.e2e
 def test_remote_code_loads_without_the_package_and_gives_identical_outputs(tmp_path, auto_class, model_class):
     masked_lm = GMLPForMaskedLM(small_config()).eval()
     masked_lm.save_pretrained(tmp_path / "checkpoint")
@@ -164,6 +165,7 @@ def test_remote_code_loads_without_the_package_and_gives_identical_outputs(tmp_p
         torch.testing.assert_close(remote["result"], first_output(local(inputs)), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.e2e
 def test_trainer_trains_a_preset_model_that_then_loads_elsewhere(tmp_path):
     """The new user's path: from_config on a preset, a Trainer step, save, load with trust_remote_code."""
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]

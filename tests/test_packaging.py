@@ -5,10 +5,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gmlp.tasks.metrics import load_metric
 from gmlp.tasks.mlm import DEFAULT_TRAIN_FILE
 
 
+@pytest.mark.e2e
 def test_importing_the_library_leaves_the_task_dependencies_alone():
     code = "import sys, gmlp; print(sorted(m for m in ('datasets', 'evaluate', 'gmlp.tasks') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)

@@ -189,6 +189,7 @@ def test_resume_from_checkpoint_continues_the_global_step(tmp_path):
     assert [losses[1], losses[2]] == [entry["loss"] for entry in state_2["log_history"] if "loss" in entry]
 
 
+@pytest.mark.e2e
 def test_two_processes_with_torchrun_on_cpu(tmp_path):
     output_dir = tmp_path / "out"
     args = mlm_args(tmp_path, output_dir, "--max_steps", "2")

@@ -207,6 +207,7 @@ REMOTE_LOAD = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e
 def test_remote_code_loads_without_the_package(tmp_path):
     model = GMLPForImageClassification(tiny_config()).eval()
     model.save_pretrained(tmp_path / "checkpoint")
@@ -342,6 +343,7 @@ def test_converter_rejects_other_timm_models():
         config_from_timm_state_dict({"patch_embed.proj.weight": torch.zeros(1)})
 
 
+@pytest.mark.e2e
 def test_convert_command_line_writes_a_pipeline_ready_checkpoint(tmp_path):
     reference = tiny_timm_gmlp(import_timm())
     torch.save(reference.state_dict(), tmp_path / "timm.pth")
@@ -384,6 +386,7 @@ def test_digits_dataset_is_a_stratified_split_of_rgb_images():
     assert (pixels[..., 0] == pixels[..., 2]).all()
 
 
+@pytest.mark.e2e
 def test_run_image_classification_trains_a_tiny_model_on_digits(tmp_path):
     metrics = run_image_classification.main(
         [
