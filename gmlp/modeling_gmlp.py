@@ -379,10 +379,13 @@ class GMLPPreTrainedModel(PreTrainedModel):
     def classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Transformers' sequence-classification loss (regression for one label, cross-entropy for class ids, BCE for
         multi-hot labels), after a clear error for class ids out of range."""
-        if self.config.num_labels > 1 and labels.dtype in (torch.long, torch.int):
-            check_labels(labels, self.config.num_labels)
-        elif self.config.num_labels == 1:
+        regression = self.config.problem_type == "regression" or (
+            self.config.problem_type is None and self.config.num_labels == 1
+        )
+        if regression:
             labels = labels.to(logits.dtype)  # regression targets given as integers
+        elif labels.dtype in (torch.long, torch.int):
+            check_labels(labels, self.config.num_labels)
         return self.loss_function(labels, logits, self.config)
 
     @torch.no_grad()
@@ -516,8 +519,9 @@ class GMLPModel(GMLPPreTrainedModel):
 def check_labels(labels: torch.Tensor, num_classes: int, name: str = "labels") -> None:
     """Raise a clear error for class labels outside [0, num_classes) (-100, the ignore index, is allowed).
 
-    Skipped under torch.compile: the check reads tensor values, which would split the compiled graph."""
-    if is_torchdynamo_compiling():
+    The check reads tensor values: on the CPU that is free, but on an accelerator it would force a device sync at every
+    step, and under torch.compile it would split the graph; there the loss's own device-side check stands instead."""
+    if is_torchdynamo_compiling() or labels.device.type != "cpu":
         return
     valid = (labels == -100) | ((labels >= 0) & (labels < num_classes))
     if not bool(valid.all()):
