@@ -28,7 +28,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, is_torchdynamo_compiling
+from transformers.utils import TransformersKwargs, auto_docstring, is_torchdynamo_compiling
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
@@ -417,6 +417,7 @@ class GMLPModel(GMLPPreTrainedModel):
 
     @merge_with_config_defaults
     @capture_outputs
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -560,6 +561,7 @@ class GMLPForMaskedLM(GMLPPreTrainedModel):
         self.lm_head.decoder = new_embeddings
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -643,6 +645,7 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
             )
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -699,6 +702,7 @@ class GMLPForSequenceClassification(GMLPPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -737,6 +741,7 @@ class GMLPForMultipleChoice(GMLPPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -786,6 +791,7 @@ class GMLPForTokenClassification(GMLPPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -827,6 +833,7 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -912,6 +919,7 @@ class GMLPVisionModel(GMLPVisionPreTrainedModel):
 
     @merge_with_config_defaults
     @capture_outputs
+    @auto_docstring
     def forward(self, pixel_values: torch.Tensor | None = None, **kwargs) -> tuple | BaseModelOutputWithPooling:
         r"""
         pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, image_size, image_size)`): images as
@@ -935,6 +943,7 @@ class GMLPForImageClassification(GMLPVisionPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self, pixel_values: torch.Tensor | None = None, labels: torch.Tensor | None = None, **kwargs
     ) -> tuple[torch.Tensor] | ImageClassifierOutput:
