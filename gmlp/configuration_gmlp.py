@@ -48,7 +48,72 @@ PRESETS = {
 
 
 @strict
-class GMLPConfig(PreTrainedConfig):
+class GMLPBlockConfig(PreTrainedConfig):
+    r"""
+    The fields of the gMLP block that the text and vision configurations share (one home for them: `GMLPLayer` and
+    its parts read these), and their checks. Not a model type of its own; see `GMLPConfig` for their meaning.
+    """
+
+    hidden_size: int = 512
+    intermediate_size: int = 3072
+    num_hidden_layers: int = 48
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.1
+    attention_probs_dropout_prob: float | int = 0.1
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-5
+    sgu_variant: str = "multiplicative_split"
+    spatial_weight_type: str = "toeplitz"
+    spatial_init_eps: float = 1e-3
+    spatial_fft_min_length: int = 1024
+    tiny_attention_size: int = 0
+    num_sgu_heads: int = 1
+    is_decoder: bool = False
+    drop_path_rate: float | int = 0.0
+
+    @property
+    def gate_size(self) -> int:
+        """Channels the spatial gating unit outputs: half of d_ffn for the split variant, all of it otherwise."""
+        if self.sgu_variant == "multiplicative_split":
+            return self.intermediate_size // 2
+        return self.intermediate_size
+
+    def _validate_block(self, positive: tuple[str, ...] = ()):
+        """The block's checks (and that the fields in `positive` are at least 1): called by each config's
+        `validate_architecture`."""
+        for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_sgu_heads", *positive):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)}.")
+        if self.sgu_variant not in SGU_VARIANTS:
+            raise ValueError(f"Unknown `sgu_variant` {self.sgu_variant!r}; choose one of {', '.join(SGU_VARIANTS)}.")
+        if self.spatial_weight_type not in SPATIAL_WEIGHT_TYPES:
+            raise ValueError(
+                f"Unknown `spatial_weight_type` {self.spatial_weight_type!r}; "
+                f"choose one of {', '.join(SPATIAL_WEIGHT_TYPES)}."
+            )
+        if self.sgu_variant == "multiplicative_split" and self.intermediate_size % 2:
+            raise ValueError(
+                f"`intermediate_size` (d_ffn) must be even for the split SGU, which halves it; "
+                f"got {self.intermediate_size}."
+            )
+        if self.gate_size % self.num_sgu_heads:
+            raise ValueError(
+                f"`num_sgu_heads` ({self.num_sgu_heads}) must divide the SGU's gate channels ({self.gate_size}: "
+                f"intermediate_size {self.intermediate_size}, sgu_variant {self.sgu_variant!r})."
+            )
+        if self.tiny_attention_size < 0:
+            raise ValueError(
+                f"`tiny_attention_size` must be 0 (gMLP) or positive (aMLP), got {self.tiny_attention_size}."
+            )
+        if self.spatial_init_eps < 0:
+            raise ValueError(f"`spatial_init_eps` must be non-negative, got {self.spatial_init_eps}.")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
+
+
+@strict
+class GMLPConfig(GMLPBlockConfig):
     r"""
     Configuration of a gMLP or aMLP model ("Pay Attention to MLPs", Liu et al., 2021).
 
@@ -96,26 +161,10 @@ class GMLPConfig(PreTrainedConfig):
     model_type = "gmlp"
 
     vocab_size: int = 32000
-    hidden_size: int = 512
-    intermediate_size: int = 3072
-    num_hidden_layers: int = 48
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float | int = 0.1
-    attention_probs_dropout_prob: float | int = 0.1
     classifier_dropout: float | int | None = None
     classifier_pooling: str = "first"
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-5
-    sgu_variant: str = "multiplicative_split"
-    spatial_weight_type: str = "toeplitz"
-    spatial_init_eps: float = 1e-3
-    spatial_fft_min_length: int = 1024
-    tiny_attention_size: int = 0
-    num_sgu_heads: int = 1
-    is_decoder: bool = False
-    drop_path_rate: float | int = 0.0
     pad_token_id: int | None = 0
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
@@ -134,53 +183,17 @@ class GMLPConfig(PreTrainedConfig):
             raise ValueError(f"Unknown gMLP preset {name!r}; choose one of {', '.join(PRESETS)}.")
         return cls(**{**PRESETS[name], **overrides})
 
-    @property
-    def gate_size(self) -> int:
-        """Channels the spatial gating unit outputs: half of d_ffn for the split variant, all of it otherwise."""
-        if self.sgu_variant == "multiplicative_split":
-            return self.intermediate_size // 2
-        return self.intermediate_size
-
     def validate_architecture(self):
         """Part of `@strict`-powered validation: reject sizes and options the model cannot be built with."""
-        positive = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_sgu_heads")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)}.")
+        self._validate_block(positive=("vocab_size",))
         if self.max_position_embeddings < 1:
             raise ValueError(
                 f"`max_position_embeddings` (the spatial size n) must be at least 1, got {self.max_position_embeddings}."
             )
-        if self.sgu_variant not in SGU_VARIANTS:
-            raise ValueError(f"Unknown `sgu_variant` {self.sgu_variant!r}; choose one of {', '.join(SGU_VARIANTS)}.")
         if self.classifier_pooling not in CLASSIFIER_POOLINGS:
             raise ValueError(
                 f"Unknown `classifier_pooling` {self.classifier_pooling!r}; choose one of {', '.join(CLASSIFIER_POOLINGS)}."
             )
-        if self.spatial_weight_type not in SPATIAL_WEIGHT_TYPES:
-            raise ValueError(
-                f"Unknown `spatial_weight_type` {self.spatial_weight_type!r}; "
-                f"choose one of {', '.join(SPATIAL_WEIGHT_TYPES)}."
-            )
-        if self.sgu_variant == "multiplicative_split" and self.intermediate_size % 2:
-            raise ValueError(
-                f"`intermediate_size` (d_ffn) must be even for the split SGU, which halves it; "
-                f"got {self.intermediate_size}."
-            )
-        if self.gate_size % self.num_sgu_heads:
-            raise ValueError(
-                f"`num_sgu_heads` ({self.num_sgu_heads}) must divide the SGU's gate channels ({self.gate_size}: "
-                f"intermediate_size {self.intermediate_size}, sgu_variant {self.sgu_variant!r})."
-            )
-        if self.tiny_attention_size < 0:
-            raise ValueError(
-                f"`tiny_attention_size` must be 0 (gMLP) or positive (aMLP), got {self.tiny_attention_size}."
-            )
-        if self.spatial_init_eps < 0:
-            raise ValueError(f"`spatial_init_eps` must be non-negative, got {self.spatial_init_eps}.")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
 
 
 # The vision models, like AUTO_MAP for the text ones: written into every saved vision config.json.
@@ -209,7 +222,7 @@ VISION_PRESETS = {
 
 
 @strict
-class GMLPVisionConfig(PreTrainedConfig):
+class GMLPVisionConfig(GMLPBlockConfig):
     r"""
     Configuration of a gMLP image classifier ("Pay Attention to MLPs", Section 3): a ViT-style patch stem, L gMLP
     blocks whose dense spatial weights mix the patches, a final LayerNorm, mean pooling and a linear classifier.
@@ -246,21 +259,19 @@ class GMLPVisionConfig(PreTrainedConfig):
 
     model_type = "gmlp_vision"
 
+    # The block's fields (GMLPBlockConfig) with gMLP-S/16's values; Table 1's W is a full matrix over the patches.
     hidden_size: int = 256
     intermediate_size: int = 1536
     num_hidden_layers: int = 30
+    hidden_dropout_prob: float | int = 0.0
+    attention_probs_dropout_prob: float | int = 0.0
+    layer_norm_eps: float = 1e-6
+    spatial_weight_type: str = "dense"
+    drop_path_rate: float | int = 0.05
     image_size: int = 224
     patch_size: int = 16
     num_channels: int = 3
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float | int = 0.0
     classifier_dropout: float | int = 0.0
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-6
-    sgu_variant: str = "multiplicative_split"
-    spatial_init_eps: float = 1e-3
-    num_sgu_heads: int = 1
-    drop_path_rate: float | int = 0.05
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -277,74 +288,31 @@ class GMLPVisionConfig(PreTrainedConfig):
     def num_patches(self) -> int:
         return (self.image_size // self.patch_size) ** 2
 
-    # What the gMLP block shared with the text models reads off its config: the patches are the tokens, W is a
-    # full n x n matrix (Table 1), and there is neither causal mode nor tiny attention.
     @property
     def max_position_embeddings(self) -> int:
+        """The block's spatial size n: the patches are the tokens."""
         return self.num_patches
-
-    @property
-    def spatial_weight_type(self) -> str:
-        return "dense"
-
-    @property
-    def spatial_fft_min_length(self) -> int:
-        return self.num_patches + 1
-
-    @property
-    def is_decoder(self) -> bool:
-        return False
-
-    @property
-    def tiny_attention_size(self) -> int:
-        return 0
-
-    @property
-    def attention_probs_dropout_prob(self) -> float:
-        return 0.0
-
-    @property
-    def gate_size(self) -> int:
-        """Channels the spatial gating unit outputs: half of d_ffn for the split variant, all of it otherwise."""
-        if self.sgu_variant == "multiplicative_split":
-            return self.intermediate_size // 2
-        return self.intermediate_size
 
     def validate_architecture(self):
         """Part of `@strict`-powered validation: reject sizes and options the model cannot be built with."""
-        positive = (
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "image_size",
-            "patch_size",
-            "num_channels",
-            "num_sgu_heads",
-        )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)}.")
+        self._validate_block(positive=("image_size", "patch_size", "num_channels"))
         if self.image_size % self.patch_size:
             raise ValueError(
                 f"`patch_size` ({self.patch_size}) must divide `image_size` ({self.image_size}) so that the image "
                 f"is cut into whole patches; e.g. use image_size={self.image_size // self.patch_size * self.patch_size}."
             )
-        if self.sgu_variant not in SGU_VARIANTS:
-            raise ValueError(f"Unknown `sgu_variant` {self.sgu_variant!r}; choose one of {', '.join(SGU_VARIANTS)}.")
-        if self.sgu_variant == "multiplicative_split" and self.intermediate_size % 2:
-            raise ValueError(
-                f"`intermediate_size` (d_ffn) must be even for the split SGU, which halves it; "
-                f"got {self.intermediate_size}."
-            )
-        if self.gate_size % self.num_sgu_heads:
-            raise ValueError(
-                f"`num_sgu_heads` ({self.num_sgu_heads}) must divide the SGU's gate channels ({self.gate_size})."
-            )
-        if self.spatial_init_eps < 0:
-            raise ValueError(f"`spatial_init_eps` must be non-negative, got {self.spatial_init_eps}.")
-        for name in ("hidden_dropout_prob", "classifier_dropout", "drop_path_rate"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
+        if self.is_decoder:
+            raise ValueError("`is_decoder` (causal mode) is for language models; an image's patches have no order.")
+        if not 0 <= self.classifier_dropout < 1:
+            raise ValueError(f"`classifier_dropout` must be in [0, 1), got {self.classifier_dropout}.")
 
 
-__all__ = ["AUTO_MAP", "PRESETS", "VISION_AUTO_MAP", "VISION_PRESETS", "GMLPConfig", "GMLPVisionConfig"]
+__all__ = [
+    "AUTO_MAP",
+    "PRESETS",
+    "VISION_AUTO_MAP",
+    "VISION_PRESETS",
+    "GMLPBlockConfig",
+    "GMLPConfig",
+    "GMLPVisionConfig",
+]
