@@ -6,6 +6,52 @@ End-to-end tests (several processes, subprocesses that import everything afresh,
 
 import pytest
 
+from gmlp import GMLPConfig, GMLPVisionConfig
+
+# The tiny models of the tests: small enough to run hundreds of times, dropout off so that outputs are deterministic,
+# and a visible spatial init (W near zero would hide token mixing). A test's own sizes go in as overrides.
+TINY_TEXT = {
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 2,
+    "max_position_embeddings": 16,
+    "hidden_dropout_prob": 0.0,
+    "attention_probs_dropout_prob": 0.0,
+    "spatial_init_eps": 16.0,
+}
+TINY_VISION = {
+    "image_size": 16,
+    "patch_size": 4,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 2,
+    "num_labels": 3,
+    "spatial_init_eps": 16.0,
+    "drop_path_rate": 0.0,
+}
+
+
+def tiny(config_class, defaults: dict, *sizes: dict, **overrides):
+    """`config_class` with the tiny defaults, then each dict of `sizes`, then `overrides`."""
+    settings = dict(defaults)
+    for size in sizes:
+        settings.update(size)
+    settings.update(overrides)
+    return config_class(**settings)
+
+
+@pytest.fixture
+def tiny_config():
+    """A factory of tiny text configs: `tiny_config(sizes_dict, ..., field=value)`."""
+    return lambda *sizes, **overrides: tiny(GMLPConfig, TINY_TEXT, *sizes, **overrides)
+
+
+@pytest.fixture
+def tiny_vision_config():
+    """A factory of tiny vision configs: `tiny_vision_config(sizes_dict, ..., field=value)`."""
+    return lambda *sizes, **overrides: tiny(GMLPVisionConfig, TINY_VISION, *sizes, **overrides)
+
 
 def pytest_addoption(parser):
     parser.addoption("--run-e2e", action="store_true", help="also run the end-to-end tests (marked e2e), as CI does")

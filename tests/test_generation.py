@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from gmlp import GMLPConfig, GMLPForCausalLM
+from gmlp import GMLPForCausalLM
 
 VARIANTS = {
     "gmlp toeplitz": {},
@@ -24,32 +24,36 @@ BATCH = torch.tensor([[5, 6, 7, 8, 9], [0, 0, 11, 12, 13]])  # the short prompt 
 MASK = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
 
 
-def trained_looking(**overrides) -> GMLPForCausalLM:
-    torch.manual_seed(0)
-    config = GMLPConfig(
-        **{
-            "vocab_size": 40,
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_hidden_layers": 2,
-            "max_position_embeddings": 24,
-            "is_decoder": True,
-            "hidden_dropout_prob": 0.0,
-            "attention_probs_dropout_prob": 0.0,
-            "pad_token_id": 0,
-            **overrides,
-        }
-    )
-    model = GMLPForCausalLM(config).eval()
-    with torch.no_grad():
-        for layer in model.gmlp.encoder.layer:
-            layer.sgu.spatial_proj.weight.normal_(0.0, 0.5)
-            layer.sgu.spatial_proj.bias.normal_(1.0, 0.5)
-    return model
+# The sizes of these tests, over the tiny defaults (conftest.py): a causal model with n = 24.
+GENERATION_SIZES = {
+    "vocab_size": 40,
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "max_position_embeddings": 24,
+    "is_decoder": True,
+    "pad_token_id": 0,
+    "spatial_init_eps": 1e-3,
+}
+
+
+@pytest.fixture
+def trained_looking(tiny_config):
+    """A factory of causal LMs whose spatial weights are far from their initial values."""
+
+    def make(**overrides) -> GMLPForCausalLM:
+        torch.manual_seed(0)
+        model = GMLPForCausalLM(tiny_config(GENERATION_SIZES, **overrides)).eval()
+        with torch.no_grad():
+            for layer in model.gmlp.encoder.layer:
+                layer.sgu.spatial_proj.weight.normal_(0.0, 0.5)
+                layer.sgu.spatial_proj.bias.normal_(1.0, 0.5)
+        return model
+
+    return make
 
 
 @pytest.fixture(params=sorted(VARIANTS))
-def model(request):
+def model(request, trained_looking):
     return trained_looking(**VARIANTS[request.param])
 
 
@@ -156,7 +160,7 @@ def test_dict_outputs_with_hidden_states_per_step(model):
     )
 
 
-def test_assisted_decoding_crops_the_cache(model):
+def test_assisted_decoding_crops_the_cache(trained_looking, model):
     assistant = trained_looking(**{**VARIANTS["gmlp toeplitz"], "num_hidden_layers": 1})
     expected = greedy(model, PROMPT)
     assert greedy(model, PROMPT, assistant_model=assistant).tolist() == expected.tolist()
@@ -170,12 +174,12 @@ def test_generation_from_inputs_embeds_with_an_attention_mask(model):
     assert from_embeds.tolist() == from_ids[:, 5:].tolist()  # generate returns only the new tokens from embeds
 
 
-def test_fft_path_without_cache_agrees_with_cached_decoding():
+def test_fft_path_without_cache_agrees_with_cached_decoding(trained_looking):
     model = trained_looking(spatial_fft_min_length=1)
     assert greedy(model, PROMPT, use_cache=False).tolist() == greedy(model, PROMPT).tolist()
 
 
-def test_too_long_a_generation_is_refused_before_it_starts():
+def test_too_long_a_generation_is_refused_before_it_starts(trained_looking):
     model = trained_looking()
     with pytest.raises(
         ValueError,
@@ -185,7 +189,7 @@ def test_too_long_a_generation_is_refused_before_it_starts():
         model.generate(PROMPT, max_new_tokens=20, do_sample=False)
 
 
-def test_a_cached_step_beyond_n_is_refused():
+def test_a_cached_step_beyond_n_is_refused(trained_looking):
     model = trained_looking()
     with torch.no_grad():
         cache = model(torch.ones(1, 24, dtype=torch.long), use_cache=True).past_key_values

@@ -34,20 +34,12 @@ from gmlp import (
     GMLPModel,
 )
 
-
-def small_config(**overrides):
-    settings = {
-        "vocab_size": 64,
-        "hidden_size": 32,
-        "intermediate_size": 48,
-        "num_hidden_layers": 2,
-        "max_position_embeddings": 16,
-        "spatial_init_eps": 16.0,
-        "tiny_attention_size": 8,
-        "num_labels": 3,
-    }
-    settings.update(overrides)
-    return GMLPConfig(**settings)
+HUB_SIZES = {
+    "tiny_attention_size": 8,
+    "num_labels": 3,
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+}
 
 
 AUTO_CLASSES = [
@@ -77,8 +69,8 @@ def example_inputs(model_class):
 
 
 @pytest.mark.parametrize("auto_class, model_class, overrides", AUTO_CLASSES)
-def test_auto_classes_build_and_reload_every_head(tmp_path, auto_class, model_class, overrides):
-    model = auto_class.from_config(small_config(**overrides)).eval()
+def test_auto_classes_build_and_reload_every_head(tiny_config, tmp_path, auto_class, model_class, overrides):
+    model = auto_class.from_config(tiny_config(HUB_SIZES, **overrides)).eval()
     assert type(model) is model_class
     model.save_pretrained(tmp_path)
     assert (tmp_path / "model.safetensors").exists()
@@ -90,8 +82,8 @@ def test_auto_classes_build_and_reload_every_head(tmp_path, auto_class, model_cl
         torch.testing.assert_close(first_output(reloaded(inputs)), first_output(model(inputs)), rtol=1e-6, atol=1e-6)
 
 
-def test_saved_directory_carries_auto_map_and_code_files(tmp_path):
-    GMLPForMaskedLM(small_config()).save_pretrained(tmp_path)
+def test_saved_directory_carries_auto_map_and_code_files(tiny_config, tmp_path):
+    GMLPForMaskedLM(tiny_config(HUB_SIZES)).save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == "gmlp"
     assert config["auto_map"]["AutoConfig"] == "configuration_gmlp.GMLPConfig"
@@ -130,8 +122,10 @@ REMOTE_LOAD = textwrap.dedent(
     [(AutoModelForMaskedLM, GMLPForMaskedLM), (AutoModel, GMLPModel), (AutoModelForSequenceClassification, None)],
 )
 @pytest.mark.e2e
-def test_remote_code_loads_without_the_package_and_gives_identical_outputs(tmp_path, auto_class, model_class):
-    masked_lm = GMLPForMaskedLM(small_config()).eval()
+def test_remote_code_loads_without_the_package_and_gives_identical_outputs(
+    tiny_config, tmp_path, auto_class, model_class
+):
+    masked_lm = GMLPForMaskedLM(tiny_config(HUB_SIZES)).eval()
     masked_lm.save_pretrained(tmp_path / "checkpoint")
     inputs = example_inputs(GMLPForMaskedLM)
     torch.save(inputs, tmp_path / "inputs.pt")

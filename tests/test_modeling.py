@@ -20,23 +20,6 @@ from gmlp import (
 from gmlp.modeling_gmlp import GMLPSpatialGatingUnit, GMLPSpatialProjection, drop_path
 
 
-def tiny_config(**overrides) -> GMLPConfig:
-    """A model small enough to run hundreds of times in a test, with dropout off so outputs are deterministic."""
-    settings = {
-        "vocab_size": 64,
-        "hidden_size": 32,
-        "intermediate_size": 48,
-        "num_hidden_layers": 2,
-        "max_position_embeddings": 16,
-        "hidden_dropout_prob": 0.0,
-        "attention_probs_dropout_prob": 0.0,
-        # A visible spatial init, so that token mixing actually happens in the tests.
-        "spatial_init_eps": 16.0,
-    }
-    settings.update(overrides)
-    return GMLPConfig(**settings)
-
-
 def random_ids(batch=2, length=10, vocab=64, seed=0):
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(5, vocab, (batch, length), generator=generator)
@@ -121,12 +104,12 @@ def test_from_preset_applies_overrides_and_rejects_unknown_names():
         ({"drop_path_rate": 1.0}, "drop_path_rate"),
     ],
 )
-def test_invalid_config_values_fail_at_construction(overrides, message):
+def test_invalid_config_values_fail_at_construction(tiny_config, overrides, message):
     with pytest.raises((ValueError, StrictDataclassError), match=message):
         tiny_config(**overrides)
 
 
-def test_config_round_trips_through_json(tmp_path):
+def test_config_round_trips_through_json(tiny_config, tmp_path):
     config = tiny_config(tiny_attention_size=8, sgu_variant="additive", num_sgu_heads=2, is_decoder=True)
     config.save_pretrained(tmp_path)
     loaded = GMLPConfig.from_pretrained(tmp_path)
@@ -137,15 +120,21 @@ def test_config_round_trips_through_json(tmp_path):
 # --- The spatial projection -------------------------------------------------------------------------------------
 
 
-def spatial_projection(**overrides) -> GMLPSpatialProjection:
-    projection = GMLPSpatialProjection(tiny_config(**overrides))
-    with torch.no_grad():
-        projection.weight.normal_()
-        projection.bias.normal_()
-    return projection
+@pytest.fixture
+def spatial_projection(tiny_config):
+    """A factory of spatial projections of tiny configs, with random (far from initial) W and b."""
+
+    def make(**overrides) -> GMLPSpatialProjection:
+        projection = GMLPSpatialProjection(tiny_config(**overrides))
+        with torch.no_grad():
+            projection.weight.normal_()
+            projection.bias.normal_()
+        return projection
+
+    return make
 
 
-def test_toeplitz_matrix_is_toeplitz_and_its_leading_block_is_shared():
+def test_toeplitz_matrix_is_toeplitz_and_its_leading_block_is_shared(spatial_projection):
     projection = spatial_projection()
     n = projection.max_length
     full = projection.matrix(n)[0]
@@ -158,7 +147,7 @@ def test_toeplitz_matrix_is_toeplitz_and_its_leading_block_is_shared():
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("heads", [1, 2])
-def test_toeplitz_projection_equals_the_equivalent_dense_matrix(causal, heads):
+def test_toeplitz_projection_equals_the_equivalent_dense_matrix(spatial_projection, causal, heads):
     toeplitz = spatial_projection(is_decoder=causal, num_sgu_heads=heads)
     dense = spatial_projection(is_decoder=causal, num_sgu_heads=heads, spatial_weight_type="dense")
     with torch.no_grad():
@@ -168,7 +157,7 @@ def test_toeplitz_projection_equals_the_equivalent_dense_matrix(causal, heads):
     torch.testing.assert_close(toeplitz(gate), dense(gate))
 
 
-def test_shorter_inputs_use_the_leading_block_of_w_and_b():
+def test_shorter_inputs_use_the_leading_block_of_w_and_b(spatial_projection):
     projection = spatial_projection(spatial_weight_type="dense", num_sgu_heads=2)
     gate = torch.randn(2, 7, 24)
     expected = []
@@ -178,7 +167,7 @@ def test_shorter_inputs_use_the_leading_block_of_w_and_b():
     torch.testing.assert_close(projection(gate), torch.cat(expected, dim=-1))
 
 
-def test_causal_dense_projection_is_lower_triangular():
+def test_causal_dense_projection_is_lower_triangular(spatial_projection):
     projection = spatial_projection(spatial_weight_type="dense", is_decoder=True)
     matrix = projection.matrix(9)[0]
     assert torch.equal(matrix, matrix.tril())
@@ -187,7 +176,7 @@ def test_causal_dense_projection_is_lower_triangular():
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("length", [1, 5, 16])
-def test_fft_toeplitz_product_agrees_with_the_direct_one(causal, length):
+def test_fft_toeplitz_product_agrees_with_the_direct_one(spatial_projection, causal, length):
     projection = spatial_projection(is_decoder=causal, num_sgu_heads=2)
     gate = torch.randn(2, length, 24, requires_grad=True)
     direct = projection(gate)
@@ -200,7 +189,7 @@ def test_fft_toeplitz_product_agrees_with_the_direct_one(causal, length):
         torch.testing.assert_close(fft_grad, direct_grad, atol=1e-3, rtol=1e-4)
 
 
-def test_fft_path_is_chosen_automatically_for_long_toeplitz_inputs(monkeypatch):
+def test_fft_path_is_chosen_automatically_for_long_toeplitz_inputs(spatial_projection, monkeypatch):
     projection = spatial_projection(max_position_embeddings=64, spatial_fft_min_length=32)
     calls = []
     original = GMLPSpatialProjection._toeplitz_fft_product
@@ -217,7 +206,7 @@ def test_fft_path_is_chosen_automatically_for_long_toeplitz_inputs(monkeypatch):
 
 
 @pytest.mark.parametrize("variant", ["multiplicative_split", "multiplicative", "additive", "linear"])
-def test_sgu_variants_compute_table_3s_formulas(variant):
+def test_sgu_variants_compute_table_3s_formulas(tiny_config, variant):
     config = tiny_config(sgu_variant=variant)
     sgu = GMLPSpatialGatingUnit(config)
     with torch.no_grad():
@@ -301,7 +290,7 @@ def test_drop_path_drops_whole_samples_and_rescales():
 
 @pytest.mark.parametrize("tiny_attention_size", [0, 8])
 @pytest.mark.parametrize("weight_type", ["toeplitz", "dense"])
-def test_right_padding_does_not_change_real_positions(tiny_attention_size, weight_type):
+def test_right_padding_does_not_change_real_positions(tiny_config, tiny_attention_size, weight_type):
     config = tiny_config(tiny_attention_size=tiny_attention_size, spatial_weight_type=weight_type)
     model = GMLPForMaskedLM(config).eval()
     lengths = [7, 12]
@@ -324,7 +313,7 @@ def test_right_padding_does_not_change_real_positions(tiny_attention_size, weigh
 
 @pytest.mark.parametrize("tiny_attention_size", [0, 8])
 @pytest.mark.parametrize("weight_type", ["toeplitz", "dense"])
-def test_causal_outputs_do_not_depend_on_later_tokens(tiny_attention_size, weight_type):
+def test_causal_outputs_do_not_depend_on_later_tokens(tiny_config, tiny_attention_size, weight_type):
     config = tiny_config(is_decoder=True, tiny_attention_size=tiny_attention_size, spatial_weight_type=weight_type)
     model = GMLPForCausalLM(config).eval()
     ids = random_ids(1, 12, config.vocab_size)
@@ -336,7 +325,7 @@ def test_causal_outputs_do_not_depend_on_later_tokens(tiny_attention_size, weigh
     assert not torch.allclose(first[0, 6:], second[0, 6:])
 
 
-def test_bidirectional_outputs_do_depend_on_later_tokens():
+def test_bidirectional_outputs_do_depend_on_later_tokens(tiny_config):
     model = GMLPModel(tiny_config()).eval()
     ids = random_ids(1, 12)
     changed = ids.clone()
@@ -345,19 +334,19 @@ def test_bidirectional_outputs_do_depend_on_later_tokens():
         assert not torch.allclose(model(ids).last_hidden_state[0, 0], model(changed).last_hidden_state[0, 0])
 
 
-def test_too_long_input_names_both_lengths():
+def test_too_long_input_names_both_lengths(tiny_config):
     model = GMLPModel(tiny_config())
     with pytest.raises(ValueError, match=r"length 17 exceeds .* maximum sequence length 16"):
         model(random_ids(1, 17))
 
 
-def test_mismatched_attention_mask_is_a_clear_error():
+def test_mismatched_attention_mask_is_a_clear_error(tiny_config):
     model = GMLPModel(tiny_config())
     with pytest.raises(ValueError, match="attention_mask"):
         model(random_ids(2, 8), attention_mask=torch.ones(2, 9, dtype=torch.long))
 
 
-def test_batched_equals_single_and_inputs_embeds_equal_input_ids():
+def test_batched_equals_single_and_inputs_embeds_equal_input_ids(tiny_config):
     model = GMLPModel(tiny_config(tiny_attention_size=8)).eval()
     ids = random_ids(3, 9)
     with torch.no_grad():
@@ -370,7 +359,7 @@ def test_batched_equals_single_and_inputs_embeds_equal_input_ids():
         model(ids, inputs_embeds=embeds)
 
 
-def test_token_type_ids_change_the_output():
+def test_token_type_ids_change_the_output(tiny_config):
     model = GMLPModel(tiny_config()).eval()
     ids = random_ids(1, 8)
     types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
@@ -381,7 +370,7 @@ def test_token_type_ids_change_the_output():
 # --- Outputs, heads and losses -------------------------------------------------------------------------------
 
 
-def test_hidden_states_attentions_and_tuple_outputs():
+def test_hidden_states_attentions_and_tuple_outputs(tiny_config):
     config = tiny_config(tiny_attention_size=8, num_hidden_layers=3)
     model = GMLPModel(config).eval()
     ids = random_ids(2, 9)
@@ -402,12 +391,12 @@ def test_hidden_states_attentions_and_tuple_outputs():
     assert len(as_tuple) == 1  # only last_hidden_state: the base model has no pooler
 
 
-def test_gmlp_without_tiny_attention_returns_no_attentions():
+def test_gmlp_without_tiny_attention_returns_no_attentions(tiny_config):
     outputs = GMLPModel(tiny_config())(random_ids(1, 5), output_attentions=True)
     assert not outputs.attentions
 
 
-def test_masked_lm_head_is_tied_and_its_loss_is_cross_entropy():
+def test_masked_lm_head_is_tied_and_its_loss_is_cross_entropy(tiny_config):
     config = tiny_config()
     model = GMLPForMaskedLM(config).eval()
     assert model.lm_head.decoder.weight is model.gmlp.embeddings.word_embeddings.weight
@@ -419,7 +408,7 @@ def test_masked_lm_head_is_tied_and_its_loss_is_cross_entropy():
     torch.testing.assert_close(outputs.loss, F.cross_entropy(outputs.logits[:, 2], ids[:, 2]))
 
 
-def test_label_out_of_range_is_a_clear_error():
+def test_label_out_of_range_is_a_clear_error(tiny_config):
     model = GMLPForMaskedLM(tiny_config())
     with pytest.raises(ValueError, match=r"labels must be in \[0, 63\].*got 64"):
         model(random_ids(1, 4), labels=torch.tensor([[1, 2, 64, -100]]))
@@ -428,7 +417,7 @@ def test_label_out_of_range_is_a_clear_error():
         classifier(random_ids(2, 4), labels=torch.tensor([0, 3]))
 
 
-def test_sequence_classification_losses_follow_bert():
+def test_sequence_classification_losses_follow_bert(tiny_config):
     ids = random_ids(4, 6)
     regression = GMLPForSequenceClassification(tiny_config(num_labels=1)).eval()
     targets = torch.tensor([0.5, 1.0, 2.0, 3.5])
@@ -448,7 +437,7 @@ def test_sequence_classification_losses_follow_bert():
     assert multi.config.problem_type == "multi_label_classification"
 
 
-def test_token_classification_question_answering_and_multiple_choice_heads():
+def test_token_classification_question_answering_and_multiple_choice_heads(tiny_config):
     ids = random_ids(2, 8)
     tokens = GMLPForTokenClassification(tiny_config(num_labels=5)).eval()
     labels = torch.randint(0, 5, (2, 8))
@@ -472,7 +461,7 @@ def test_token_classification_question_answering_and_multiple_choice_heads():
     torch.testing.assert_close(single[0, 0], out.logits[1, 1])
 
 
-def test_every_parameter_of_every_head_receives_a_gradient():
+def test_every_parameter_of_every_head_receives_a_gradient(tiny_config):
     config = tiny_config(tiny_attention_size=8, num_labels=3)
     ids = random_ids(2, 8)
     cases = [
@@ -491,7 +480,7 @@ def test_every_parameter_of_every_head_receives_a_gradient():
 # --- Training features ---------------------------------------------------------------------------------------
 
 
-def test_gradient_checkpointing_gives_the_same_gradients():
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_config):
     config = tiny_config(tiny_attention_size=8)
     ids = random_ids(2, 10)
     model = GMLPForMaskedLM(config).train()
@@ -505,7 +494,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         torch.testing.assert_close(p.grad, reference[name], msg=name)
 
 
-def test_resize_token_embeddings_keeps_the_decoder_tied():
+def test_resize_token_embeddings_keeps_the_decoder_tied(tiny_config):
     model = GMLPForMaskedLM(tiny_config())
     old = model.get_input_embeddings().weight[:64].clone()
     model.resize_token_embeddings(80)
@@ -516,7 +505,7 @@ def test_resize_token_embeddings_keeps_the_decoder_tied():
     assert model(ids, labels=ids).logits.shape == (1, 3, 80)
 
 
-def test_bf16_autocast_is_close_to_fp32():
+def test_bf16_autocast_is_close_to_fp32(tiny_config):
     model = GMLPForMaskedLM(tiny_config(tiny_attention_size=8)).eval()
     ids = random_ids(2, 10)
     with torch.no_grad():
@@ -527,7 +516,7 @@ def test_bf16_autocast_is_close_to_fp32():
     torch.testing.assert_close(low.float(), full, atol=0.1, rtol=0.05)
 
 
-def test_bf16_autocast_fft_path_is_close_to_fp32():
+def test_bf16_autocast_fft_path_is_close_to_fp32(spatial_projection):
     projection = spatial_projection(spatial_fft_min_length=1)
     gate = torch.randn(2, 16, 24)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -535,7 +524,7 @@ def test_bf16_autocast_fft_path_is_close_to_fp32():
     torch.testing.assert_close(low.float(), projection(gate), atol=0.2, rtol=0.05)
 
 
-def test_generate_greedy_matches_a_manual_argmax_loop():
+def test_generate_greedy_matches_a_manual_argmax_loop(tiny_config):
     model = GMLPForCausalLM(tiny_config(is_decoder=True, tiny_attention_size=8)).eval()
     prompt = random_ids(1, 4)
     generated = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
@@ -547,7 +536,7 @@ def test_generate_greedy_matches_a_manual_argmax_loop():
     assert torch.equal(generated, manual)
 
 
-def test_causal_lm_loss_is_shifted_and_needs_a_causal_config():
+def test_causal_lm_loss_is_shifted_and_needs_a_causal_config(tiny_config):
     model = GMLPForCausalLM(tiny_config(is_decoder=True)).eval()
     ids = random_ids(2, 7)
     out = model(ids, labels=ids)
@@ -557,7 +546,7 @@ def test_causal_lm_loss_is_shifted_and_needs_a_causal_config():
         GMLPForCausalLM(tiny_config())
 
 
-def test_torch_compile_matches_eager():
+def test_torch_compile_matches_eager(tiny_config):
     model = GMLPForMaskedLM(tiny_config(tiny_attention_size=8)).eval()
     ids = random_ids(2, 10)
     compiled = torch.compile(model, backend="aot_eager")
@@ -565,7 +554,7 @@ def test_torch_compile_matches_eager():
         torch.testing.assert_close(compiled(ids).logits, model(ids).logits)
 
 
-def test_torch_compile_sparse_prediction_training_matches_eager():
+def test_torch_compile_sparse_prediction_training_matches_eager(tiny_config):
     """The compiled MLM training step (sparse_prediction) gives eager's loss and gradients; the only graph break is
     the data-dependent selection of the labelled positions (the labels check is skipped while compiling)."""
     torch.manual_seed(0)
@@ -590,7 +579,7 @@ def test_torch_compile_sparse_prediction_training_matches_eager():
         torch.testing.assert_close(param.grad, eager_grad)
 
 
-def test_stochastic_depth_is_active_only_in_training():
+def test_stochastic_depth_is_active_only_in_training(tiny_config):
     model = GMLPModel(tiny_config(drop_path_rate=0.5, num_hidden_layers=6))
     ids = random_ids(4, 8)
     model.train()
@@ -600,7 +589,7 @@ def test_stochastic_depth_is_active_only_in_training():
     torch.testing.assert_close(model(ids).last_hidden_state, model(ids).last_hidden_state)
 
 
-def test_modules_hold_no_unregistered_tensors():
+def test_modules_hold_no_unregistered_tensors(tiny_config):
     model = GMLPForMaskedLM(tiny_config(tiny_attention_size=8))
     registered = {id(t) for t in list(model.parameters()) + list(model.buffers())}
     for module in model.modules():
@@ -610,7 +599,7 @@ def test_modules_hold_no_unregistered_tensors():
 
 
 @pytest.mark.parametrize("pooling", ["first", "mean"])
-def test_sentence_heads_pool_as_configured_and_ignore_padding(pooling):
+def test_sentence_heads_pool_as_configured_and_ignore_padding(tiny_config, pooling):
     """`classifier_pooling`: the first token, or the mean over real tokens; a right-padded sequence is classified as
     the unpadded one, and multiple choice scores each choice with the same head."""
     torch.manual_seed(0)
@@ -636,12 +625,12 @@ def test_sentence_heads_pool_as_configured_and_ignore_padding(pooling):
     torch.testing.assert_close(scores, torch.cat(each, dim=1), rtol=1e-5, atol=1e-5)
 
 
-def test_unknown_classifier_pooling_is_refused():
+def test_unknown_classifier_pooling_is_refused(tiny_config):
     with pytest.raises(Exception, match="classifier_pooling.*first, mean"):
         tiny_config(classifier_pooling="max")
 
 
-def test_sentence_heads_own_every_weight_they_add(tmp_path):
+def test_sentence_heads_own_every_weight_they_add(tiny_config, tmp_path):
     """Loaded from an MLM checkpoint, a classification model's only new weights are its head's, all under
     `classifier.`: a checkpoint or an adapter that saves the head reproduces the model exactly."""
     GMLPForMaskedLM(tiny_config()).save_pretrained(tmp_path)

@@ -8,16 +8,17 @@ import torch
 peft = pytest.importorskip("peft")
 from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 
-from gmlp import GMLPConfig, GMLPForMaskedLM, GMLPForSequenceClassification
+from gmlp import GMLPForMaskedLM, GMLPForSequenceClassification
 
-CONFIG = {
+# The sizes of these tests, over the tiny defaults (conftest.py).
+PEFT_SIZES = {
     "vocab_size": 50,
     "hidden_size": 16,
     "intermediate_size": 32,
-    "num_hidden_layers": 2,
     "max_position_embeddings": 12,
-    "hidden_dropout_prob": 0.0,
     "tiny_attention_size": 8,
+    "spatial_init_eps": 1e-3,
+    "attention_probs_dropout_prob": 0.1,
 }
 INPUTS = {
     "input_ids": torch.tensor([[2, 7, 9, 11, 3, 0], [2, 5, 6, 3, 0, 0]]),
@@ -26,9 +27,9 @@ INPUTS = {
 
 
 @pytest.fixture
-def mlm_checkpoint(tmp_path):
+def mlm_checkpoint(tmp_path, tiny_config):
     torch.manual_seed(0)
-    GMLPForMaskedLM(GMLPConfig(**CONFIG)).save_pretrained(tmp_path / "mlm")
+    GMLPForMaskedLM(tiny_config(PEFT_SIZES)).save_pretrained(tmp_path / "mlm")
     return tmp_path / "mlm"
 
 

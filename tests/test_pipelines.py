@@ -5,7 +5,6 @@ import torch
 from transformers import BertTokenizer, pipeline
 
 from gmlp import (
-    GMLPConfig,
     GMLPForCausalLM,
     GMLPForMaskedLM,
     GMLPForSequenceClassification,
@@ -42,23 +41,20 @@ def tokenizer():
     return BertTokenizer(vocab={token: i for i, token in enumerate(vocab)}, model_max_length=32)
 
 
-def model_config(tokenizer, **overrides):
-    torch.manual_seed(0)
-    settings = {
-        "vocab_size": len(tokenizer),
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "max_position_embeddings": 32,
-        "spatial_init_eps": 32.0,
-        "tiny_attention_size": 8,
-    }
-    settings.update(overrides)
-    return GMLPConfig(**settings)
+# The sizes of these tests, over the tiny defaults (conftest.py).
+PIPELINE_SIZES = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "max_position_embeddings": 32,
+    "spatial_init_eps": 32.0,
+    "tiny_attention_size": 8,
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+}
 
 
-def test_fill_mask_pipeline_ranks_tokens_by_the_models_logits(tokenizer):
-    model = GMLPForMaskedLM(model_config(tokenizer)).eval()
+def test_fill_mask_pipeline_ranks_tokens_by_the_models_logits(tiny_config, tokenizer):
+    model = GMLPForMaskedLM(tiny_config(PIPELINE_SIZES, vocab_size=len(tokenizer))).eval()
     fill_mask = pipeline("fill-mask", model=model, tokenizer=tokenizer, device="cpu")
     text = "the cat sat on the [MASK] ."
     predictions = fill_mask(text, top_k=3)
@@ -73,9 +69,13 @@ def test_fill_mask_pipeline_ranks_tokens_by_the_models_logits(tokenizer):
         assert "[MASK]" not in prediction["sequence"]
 
 
-def test_text_classification_pipeline_returns_the_softmax_of_the_logits(tokenizer):
-    config = model_config(
-        tokenizer, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1}
+def test_text_classification_pipeline_returns_the_softmax_of_the_logits(tiny_config, tokenizer):
+    config = tiny_config(
+        PIPELINE_SIZES,
+        vocab_size=len(tokenizer),
+        num_labels=2,
+        id2label={0: "negative", 1: "positive"},
+        label2id={"negative": 0, "positive": 1},
     )
     model = GMLPForSequenceClassification(config).eval()
     classifier = pipeline("text-classification", model=model, tokenizer=tokenizer, device="cpu")
@@ -93,9 +93,13 @@ def test_sentence_pairs_use_token_types(tokenizer):
     assert encoded["token_type_ids"] == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
-def test_token_classification_pipeline_labels_every_word(tokenizer):
-    config = model_config(
-        tokenizer, num_labels=3, id2label={0: "O", 1: "ANIMAL", 2: "PLACE"}, label2id={"O": 0, "ANIMAL": 1, "PLACE": 2}
+def test_token_classification_pipeline_labels_every_word(tiny_config, tokenizer):
+    config = tiny_config(
+        PIPELINE_SIZES,
+        vocab_size=len(tokenizer),
+        num_labels=3,
+        id2label={0: "O", 1: "ANIMAL", 2: "PLACE"},
+        label2id={"O": 0, "ANIMAL": 1, "PLACE": 2},
     )
     model = GMLPForTokenClassification(config).eval()
     tagger = pipeline("token-classification", model=model, tokenizer=tokenizer, device="cpu")
@@ -111,8 +115,8 @@ def test_token_classification_pipeline_labels_every_word(tokenizer):
     ]
 
 
-def test_text_generation_pipeline_continues_the_prompt_greedily(tokenizer):
-    model = GMLPForCausalLM(model_config(tokenizer, is_decoder=True)).eval()
+def test_text_generation_pipeline_continues_the_prompt_greedily(tiny_config, tokenizer):
+    model = GMLPForCausalLM(tiny_config(PIPELINE_SIZES, vocab_size=len(tokenizer), is_decoder=True)).eval()
     generator = pipeline("text-generation", model=model, tokenizer=tokenizer, device="cpu")
     token_ids = generator("the cat", max_new_tokens=5, do_sample=False, return_tensors=True)[0]["generated_token_ids"]
     text = generator("the cat", max_new_tokens=5, do_sample=False)[0]["generated_text"]

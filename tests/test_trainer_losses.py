@@ -8,7 +8,6 @@ from datasets import Dataset
 from transformers import Trainer, TrainingArguments
 
 from gmlp import (
-    GMLPConfig,
     GMLPForCausalLM,
     GMLPForImageClassification,
     GMLPForMaskedLM,
@@ -24,16 +23,14 @@ from gmlp.tokenization_gmlp import train_tokenizer
 VOCAB, LENGTH, EXAMPLES = 40, 8, 8
 
 
-def text_config(**overrides):
-    return GMLPConfig(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        max_position_embeddings=LENGTH,
-        hidden_dropout_prob=0.0,
-        **overrides,
-    )
+# The sizes of these tests, over the tiny defaults (conftest.py); the spatial weights keep the paper's init.
+LOSS_SIZES = {
+    "vocab_size": VOCAB,
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "max_position_embeddings": LENGTH,
+    "spatial_init_eps": 1e-3,
+}
 
 
 def tokenizer():
@@ -59,30 +56,33 @@ def example_rows(**columns):
 
 
 CASES = {
-    "masked_lm": lambda: (GMLPForMaskedLM(text_config()), token_rows(0.3, VOCAB)),
-    "masked_lm_sparse_prediction": lambda: (
+    "masked_lm": lambda text_config: (GMLPForMaskedLM(text_config()), token_rows(0.3, VOCAB)),
+    "masked_lm_sparse_prediction": lambda text_config: (
         GMLPForMaskedLM(text_config()),
         token_rows(0.3, VOCAB),
         MaskedLMCollator(tokenizer(), sparse_prediction=True),
     ),
-    "causal_lm": lambda: (GMLPForCausalLM(text_config(is_decoder=True)), token_rows(0.6, VOCAB)),
-    "token_classification": lambda: (GMLPForTokenClassification(text_config(num_labels=3)), token_rows(0.5, 3)),
-    "sequence_classification": lambda: (
+    "causal_lm": lambda text_config: (GMLPForCausalLM(text_config(is_decoder=True)), token_rows(0.6, VOCAB)),
+    "token_classification": lambda text_config: (
+        GMLPForTokenClassification(text_config(num_labels=3)),
+        token_rows(0.5, 3),
+    ),
+    "sequence_classification": lambda text_config: (
         GMLPForSequenceClassification(text_config(num_labels=3)),
         example_rows(labels=lambda i: i % 3),
     ),
-    "question_answering": lambda: (
+    "question_answering": lambda text_config: (
         GMLPForQuestionAnswering(text_config()),
         example_rows(start_positions=lambda i: i % LENGTH, end_positions=lambda i: (i + 2) % LENGTH),
     ),
-    "multiple_choice": lambda: (
+    "multiple_choice": lambda text_config: (
         GMLPForMultipleChoice(text_config()),
         [
             {"input_ids": [row["input_ids"], row["input_ids"][::-1]], "labels": i % 2}
             for i, row in enumerate(example_rows())
         ],
     ),
-    "image_classification": lambda: (
+    "image_classification": lambda text_config: (
         GMLPForImageClassification(
             GMLPVisionConfig(
                 image_size=8,
@@ -106,10 +106,10 @@ CASES = {
 }
 
 
-def one_step(case: str, tmp_path, batch_size: int, accumulation_steps: int):
+def one_step(case: str, tmp_path, batch_size: int, accumulation_steps: int, tiny_config):
     """The logged training loss and the parameter update of one plain-SGD step (lr 1, no clipping)."""
     torch.manual_seed(0)
-    model, rows, *collator = CASES[case]()
+    model, rows, *collator = CASES[case](lambda **overrides: tiny_config(LOSS_SIZES, **overrides))
     before = [p.detach().clone() for p in model.parameters()]
     args = TrainingArguments(
         str(tmp_path / f"{batch_size}x{accumulation_steps}"),
@@ -133,9 +133,9 @@ def one_step(case: str, tmp_path, batch_size: int, accumulation_steps: int):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_gradient_accumulation_equals_one_large_batch(case, tmp_path):
-    full_loss, full_update = one_step(case, tmp_path, batch_size=EXAMPLES, accumulation_steps=1)
-    accumulated_loss, accumulated_update = one_step(case, tmp_path, batch_size=EXAMPLES // 4, accumulation_steps=4)
+def test_gradient_accumulation_equals_one_large_batch(case, tmp_path, tiny_config):
+    full_loss, full_update = one_step(case, tmp_path, EXAMPLES, 1, tiny_config)
+    accumulated_loss, accumulated_update = one_step(case, tmp_path, EXAMPLES // 4, 4, tiny_config)
     assert full_update.abs().max() > 1e-4  # the step did something
     assert accumulated_loss == pytest.approx(full_loss, rel=1e-5)
     torch.testing.assert_close(accumulated_update, full_update, rtol=1e-4, atol=1e-6)

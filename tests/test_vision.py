@@ -33,20 +33,6 @@ from gmlp.convert_timm import main as convert_main
 from gmlp.tasks.image_classification import image_processor_for, load_digits_dataset
 
 
-def tiny_config(**overrides):
-    settings = {
-        "image_size": 16,
-        "patch_size": 4,
-        "hidden_size": 32,
-        "intermediate_size": 48,
-        "num_hidden_layers": 2,
-        "num_labels": 3,
-        "spatial_init_eps": 16.0,
-        "drop_path_rate": 0.0,
-    }
-    return GMLPVisionConfig(**{**settings, **overrides})
-
-
 def images(batch=2, size=16, seed=0):
     return torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(seed))
 
@@ -103,8 +89,8 @@ def test_unknown_preset_names_the_choices():
         GMLPVisionConfig.from_preset("gmlp-h14")
 
 
-def test_patch_stem_is_a_linear_map_of_each_patch_in_row_major_order():
-    model = GMLPVisionModel(tiny_config()).eval()
+def test_patch_stem_is_a_linear_map_of_each_patch_in_row_major_order(tiny_vision_config):
+    model = GMLPVisionModel(tiny_vision_config()).eval()
     pixels = images(1)
     tokens = model.embeddings(pixels)
     assert tokens.shape == (1, 16, 32)
@@ -116,8 +102,8 @@ def test_patch_stem_is_a_linear_map_of_each_patch_in_row_major_order():
         torch.testing.assert_close(tokens[0, index], expected, atol=1e-5, rtol=1e-5)
 
 
-def test_pooled_output_is_the_mean_of_the_final_normed_patches_and_logits_a_linear_head():
-    model = GMLPForImageClassification(tiny_config()).eval()
+def test_pooled_output_is_the_mean_of_the_final_normed_patches_and_logits_a_linear_head(tiny_vision_config):
+    model = GMLPForImageClassification(tiny_vision_config()).eval()
     with torch.no_grad():
         outputs = model(images(), output_hidden_states=True)
         base = model.gmlp(images())
@@ -129,8 +115,8 @@ def test_pooled_output_is_the_mean_of_the_final_normed_patches_and_logits_a_line
     torch.testing.assert_close(normed.mean(-1), torch.zeros(2, 16), atol=1e-5, rtol=0)
 
 
-def test_patches_mix_only_through_the_spatial_weights():
-    config = tiny_config(spatial_init_eps=0.0)  # W = 0, b = 1: every block is a per-patch FFN
+def test_patches_mix_only_through_the_spatial_weights(tiny_vision_config):
+    config = tiny_vision_config(spatial_init_eps=0.0)  # W = 0, b = 1: every block is a per-patch FFN
     model = GMLPVisionModel(config).eval()
     changed = images(1).clone()
     changed[0, :, :4, :4] += 1.0  # patch 0 only
@@ -143,8 +129,8 @@ def test_patches_mix_only_through_the_spatial_weights():
         assert not torch.allclose(model(images(1)).last_hidden_state[0, 1:], model(changed).last_hidden_state[0, 1:])
 
 
-def test_stochastic_depth_drops_whole_samples_and_rescales_the_kept_ones():
-    layer = GMLPVisionModel(tiny_config(drop_path_rate=0.5)).encoder.layer[0]
+def test_stochastic_depth_drops_whole_samples_and_rescales_the_kept_ones(tiny_vision_config):
+    layer = GMLPVisionModel(tiny_vision_config(drop_path_rate=0.5)).encoder.layer[0]
     hidden = torch.randn(64, 16, 32, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         update = layer.eval()(hidden) - hidden
@@ -156,8 +142,8 @@ def test_stochastic_depth_drops_whole_samples_and_rescales_the_kept_ones():
     assert 16 < sum(kept) < 48
 
 
-def test_wrong_image_size_is_a_clear_error():
-    model = GMLPForImageClassification(tiny_config())
+def test_wrong_image_size_is_a_clear_error(tiny_vision_config):
+    model = GMLPForImageClassification(tiny_vision_config())
     with pytest.raises(
         ValueError, match=r"Expected pixel_values of shape \(batch_size, 3, 16, 16\), got \(2, 3, 32, 32\)"
     ):
@@ -166,8 +152,8 @@ def test_wrong_image_size_is_a_clear_error():
         model(torch.randn(2, 1, 16, 16))
 
 
-def test_labels_give_the_cross_entropy_loss():
-    model = GMLPForImageClassification(tiny_config()).eval()
+def test_labels_give_the_cross_entropy_loss(tiny_vision_config):
+    model = GMLPForImageClassification(tiny_vision_config()).eval()
     labels = torch.tensor([2, 0])
     outputs = model(images(), labels=labels)
     torch.testing.assert_close(outputs.loss, torch.nn.functional.cross_entropy(outputs.logits, labels))
@@ -175,8 +161,10 @@ def test_labels_give_the_cross_entropy_loss():
         model(images(), labels=torch.tensor([3, 0]))
 
 
-def test_auto_classes_build_save_and_reload(tmp_path):
-    fields = {k: v for k, v in tiny_config().to_dict().items() if k not in ("model_type", "transformers_version")}
+def test_auto_classes_build_save_and_reload(tiny_vision_config, tmp_path):
+    fields = {
+        k: v for k, v in tiny_vision_config().to_dict().items() if k not in ("model_type", "transformers_version")
+    }
     config = AutoConfig.for_model("gmlp_vision", **fields)
     assert type(config) is GMLPVisionConfig
     model = AutoModelForImageClassification.from_config(config).eval()
@@ -208,8 +196,8 @@ REMOTE_LOAD = textwrap.dedent(
 
 
 @pytest.mark.e2e
-def test_remote_code_loads_without_the_package(tmp_path):
-    model = GMLPForImageClassification(tiny_config()).eval()
+def test_remote_code_loads_without_the_package(tiny_vision_config, tmp_path):
+    model = GMLPForImageClassification(tiny_vision_config()).eval()
     model.save_pretrained(tmp_path / "checkpoint")
     torch.save(images(), tmp_path / "inputs.pt")
     (tmp_path / "load.py").write_text(REMOTE_LOAD)
@@ -234,8 +222,8 @@ def test_remote_code_loads_without_the_package(tmp_path):
         torch.testing.assert_close(result["logits"], model(images()).logits)
 
 
-def test_image_processor_and_pipeline(tmp_path):
-    config = tiny_config(id2label={0: "cat", 1: "dog", 2: "fox"}, label2id={"cat": 0, "dog": 1, "fox": 2})
+def test_image_processor_and_pipeline(tiny_vision_config, tmp_path):
+    config = tiny_vision_config(id2label={0: "cat", 1: "dog", 2: "fox"}, label2id={"cat": 0, "dog": 1, "fox": 2})
     model = GMLPForImageClassification(config).eval()
     model.save_pretrained(tmp_path)
     image_processor_for(config).save_pretrained(tmp_path)
