@@ -214,9 +214,7 @@ def read_glue_tsv(path: str, task: TextClassificationTask, is_test: bool = False
 def read_glue_jsonl(path: str, task: TextClassificationTask) -> list[dict]:
     """The examples of a JSON-lines file with the Hub's column names (labels as names or ids)."""
     dataset = datasets.load_dataset("json", data_files=path, split="train")
-    missing = [column for column in (*task.text_columns, "label") if column not in dataset.column_names]
-    if missing:
-        raise ValueError(f"{path} has no column(s) {missing} (its columns: {dataset.column_names}).")
+    require_columns(dataset, (*task.text_columns, "label"), path)
     return [
         {
             **{column: example[column] for column in task.text_columns},

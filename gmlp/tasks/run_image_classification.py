@@ -30,6 +30,7 @@ from gmlp.tasks.training import (
     parse_arguments,
     publish,
     record_metrics,
+    require_columns,
     select_samples,
     setup_logging,
     train_and_save,
@@ -74,12 +75,12 @@ def load_image_data(data_args: DataTrainingArguments, seed: int, cache_dir: str 
     if "validation" not in raw:
         held_out = raw["train"].train_test_split(test_size=0.15, seed=seed)
         raw = datasets.DatasetDict({"train": held_out["train"], "validation": held_out["test"]})
-    for column in (data_args.image_column_name, data_args.label_column_name):
-        if column not in raw["train"].column_names:
-            raise ValueError(
-                f"The dataset has no column {column!r} (its columns: {raw['train'].column_names}); pass "
-                "--image_column_name / --label_column_name."
-            )
+    require_columns(
+        raw["train"],
+        (data_args.image_column_name, data_args.label_column_name),
+        "The dataset",
+        hint="Pass --image_column_name / --label_column_name.",
+    )
     return raw
 
 

@@ -10,7 +10,7 @@ import os
 import datasets
 import numpy as np
 
-from .training import check_text_file, load_data_files
+from .training import check_text_file, load_data_files, require_columns
 
 logger = logging.getLogger(__name__)
 
@@ -130,11 +130,7 @@ def check_training_answers(
 def check_squad_columns(dataset: datasets.Dataset, source: str, needs_answers: bool) -> None:
     """Raise ValueError naming the SQuAD columns (`id`, `question`, `context`, `answers`) that `dataset` lacks."""
     columns = ["id", "question", "context"] + (["answers"] if needs_answers else [])
-    missing = [column for column in columns if column not in dataset.column_names]
-    if missing:
-        raise ValueError(
-            f"{source} has no column(s) {missing} (its columns: {dataset.column_names}); SQuAD needs {columns}."
-        )
+    require_columns(dataset, columns, source, hint=f"SQuAD needs {columns}.")
 
 
 def _check_window(questions: list[str], tokenizer, max_seq_length: int, doc_stride: int) -> None:

@@ -352,14 +352,16 @@ def load_dataset_or_saved(name: str, config_name: str | None = None, **kwargs) -
     return datasets.load_dataset(name, config_name, **kwargs)
 
 
-def require_columns(dataset: datasets.Dataset, columns, source: str) -> None:
-    """Raise ValueError naming the columns of `columns` that `dataset` (read from `source`) lacks."""
+def require_columns(
+    dataset: datasets.Dataset,
+    columns,
+    source: str,
+    hint: str = "Rename the columns in the file or pass the option that names them.",
+) -> None:
+    """Raise ValueError naming the columns of `columns` that `dataset` (read from `source`) lacks, and `hint`."""
     missing = [column for column in columns if column not in dataset.column_names]
     if missing:
-        raise ValueError(
-            f"{source} has no column(s) {missing} (its columns: {dataset.column_names}). Rename the columns in the "
-            "file or pass the option that names them."
-        )
+        raise ValueError(f"{source} has no column(s) {missing} (its columns: {dataset.column_names}). {hint}")
 
 
 def select_samples(dataset: datasets.Dataset, max_samples: int | None) -> datasets.Dataset:
