@@ -16,9 +16,9 @@ Command line:
 
 import argparse
 import os
+import sys
 from collections.abc import Iterable, Iterator
 
-import datasets
 from tokenizers import (
     AddedToken,
     Regex,
@@ -161,6 +161,10 @@ def _as_file_list(texts) -> list[str] | None:
 
 def _iter_texts(texts: Iterable, text_column: str) -> Iterator[str]:
     """The strings of a dataset's `text_column`, or of any other iterable of strings."""
+    # `datasets` is not a dependency of the library: a dataset can only be given if it is already imported.
+    datasets = sys.modules.get("datasets")
+    if datasets is None:
+        return iter(texts)
     if isinstance(texts, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         raise TypeError(
             f"train_tokenizer got a dataset dictionary with splits {list(texts)}; pass one split, "
