@@ -73,8 +73,10 @@ class GMLPSpatialProjection(nn.Module):
         self.fft_min_length = config.spatial_fft_min_length
         n = self.max_length
         weight_shape = (self.num_heads, 2 * n - 1) if self.is_toeplitz else (self.num_heads, n, n)
-        self.weight = nn.Parameter(torch.empty(weight_shape))
-        self.bias = nn.Parameter(torch.empty(self.num_heads, n))
+        # W = 0 and b = 1 (Section 2.1) already here, so that a unit built on its own is defined; the model's
+        # `_init_weights` then draws W uniformly in +-spatial_init_eps / n.
+        self.weight = nn.Parameter(torch.zeros(weight_shape))
+        self.bias = nn.Parameter(torch.ones(self.num_heads, n))
 
     def toeplitz_kernel(self, length: int) -> torch.Tensor:
         """The 2L - 1 Toeplitz entries the leading L x L block uses: kernel[:, d + L - 1] is W[i, i - d]."""

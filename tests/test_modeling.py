@@ -211,6 +211,7 @@ def test_sgu_variants_compute_table_3s_formulas(tiny_config, variant):
     sgu = GMLPSpatialGatingUnit(config)
     with torch.no_grad():
         sgu.spatial_proj.weight.normal_()
+        sgu.spatial_proj.bias.normal_()
         sgu.gate_norm.weight.normal_()
     z = torch.randn(2, 6, config.intermediate_size)
 
