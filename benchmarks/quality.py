@@ -590,7 +590,7 @@ def markdown(results: dict) -> str:
                 )
                 lines.append(f"| {TASK_NAMES[task]} | {name} | {row['learning_rate']:g} | {shown} |")
         lines.append("")
-    if "recipe" in results:
+    if results.get("recipe"):
         lines += [
             f"### Recipe probes (seed {s['seeds'][0]}, best rate): accuracy (%)",
             "",
