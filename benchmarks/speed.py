@@ -411,24 +411,51 @@ def run_generation(args) -> dict:
         prompt = torch.randint(5, GENERATION["vocab_size"], (batch_size, PROMPT_LENGTH))
         mask = torch.ones_like(prompt)
 
-        def generate(model, use_cache, prompt=prompt, mask=mask):
-            return lambda: model.generate(prompt, attention_mask=mask, use_cache=use_cache, **fixed)
+        def generate(model, use_cache, prompt=prompt, mask=mask, **cache):
+            return lambda: model.generate(prompt, attention_mask=mask, use_cache=use_cache, **fixed, **cache)
 
         steps = {
             "gmlp cached": generate(gmlp, True),
+            "gmlp static cache": generate(gmlp, True, cache_implementation="static"),
             "gmlp uncached": generate(gmlp, False),
             "GPT2LMHeadModel (KV cache)": generate(gpt2, True),
+            "GPT2LMHeadModel (static cache)": generate(gpt2, True, cache_implementation="static"),
+            "gmlp matmul floor": matmul_floor(gmlp, batch_size),
         }
         for model in (gmlp, gpt2):  # one short warm-up each: the uncached run is too long to warm up whole
-            model.generate(prompt, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0)
+            for cache in ({}, {"cache_implementation": "static"}):
+                model.generate(prompt, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0, **cache)
         times = interleaved(steps, rounds=args.generation_rounds, warmup=0)
         result["batches"][str(batch_size)] = {
             "seconds": times,
             "tokens_per_second": {name: batch_size * NEW_TOKENS / statistics.median(t) for name, t in times.items()},
             "cached_vs_uncached": paired_ratio(times, "gmlp cached", "gmlp uncached"),
             "cached_vs_gpt2": paired_ratio(times, "gmlp cached", "GPT2LMHeadModel (KV cache)"),
+            "static_vs_uncached": paired_ratio(times, "gmlp static cache", "gmlp uncached"),
+            "static_vs_gpt2_static": paired_ratio(times, "gmlp static cache", "GPT2LMHeadModel (static cache)"),
         }
     return result
+
+
+def matmul_floor(model: GMLPForCausalLM, batch_size: int):
+    """The decoding floor: one new token per row through every matrix of the model (the blocks' channel projections,
+    the LM head's dense layer and vocabulary projection), NEW_TOKENS times, and nothing else. At small batches these
+    matrix-vector products stream all the weights from memory once per token, for gMLP and GPT-2 alike."""
+    block_inputs = [
+        (layer.channel_proj_in, layer.channel_proj_out, torch.randn(batch_size, layer.channel_proj_out.in_features))
+        for layer in model.gmlp.encoder.layer
+    ]
+    hidden = torch.randn(batch_size, model.config.hidden_size)
+
+    def run():
+        with torch.no_grad():
+            for _ in range(NEW_TOKENS):
+                for channel_proj_in, channel_proj_out, gated in block_inputs:
+                    channel_proj_in(hidden)
+                    channel_proj_out(gated)
+                model.lm_head.decoder(model.lm_head.dense(hidden))
+
+    return run
 
 
 def spatial_projection_cases(length: int):
@@ -645,14 +672,18 @@ def markdown(results: dict) -> str:
                 "parameters), new tokens/s"
             ),
             "",
-            "| batch | gMLP cached | gMLP uncached | GPT2LMHeadModel (KV cache) | cached vs uncached | cached vs GPT-2 |",
-            "|---|---|---|---|---|---|",
+            "| batch | gMLP cached (dynamic / static) | gMLP uncached | GPT-2 KV cache (dynamic / static) | "
+            "gMLP matmuls alone | cached vs uncached (dynamic / static) | cached vs GPT-2 (dynamic / static) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for batch_size, row in g["batches"].items():
             tps = row["tokens_per_second"]
             lines.append(
-                f"| {batch_size} | {tps['gmlp cached']:.0f} | {tps['gmlp uncached']:.0f} | "
-                f"{tps['GPT2LMHeadModel (KV cache)']:.0f} | {row['cached_vs_uncached']:.1f}x | {row['cached_vs_gpt2']:.2f}x |"
+                f"| {batch_size} | {tps['gmlp cached']:.0f} / {tps['gmlp static cache']:.0f} | "
+                f"{tps['gmlp uncached']:.0f} | {tps['GPT2LMHeadModel (KV cache)']:.0f} / "
+                f"{tps['GPT2LMHeadModel (static cache)']:.0f} | {tps['gmlp matmul floor']:.0f} | "
+                f"{row['cached_vs_uncached']:.1f}x / {row['static_vs_uncached']:.1f}x | "
+                f"{row['cached_vs_gpt2']:.2f}x / {row['static_vs_gpt2_static']:.2f}x |"
             )
         lines.append("")
     if "scaling" in results:

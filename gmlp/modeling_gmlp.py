@@ -288,7 +288,9 @@ class GMLPLayer(GradientCheckpointingLayer):
                 torch.cat([key, value], dim=-1) if key is not None else gate.new_zeros(gate.shape[0], 1, length, 0)
             )
             gate, key_value = past_key_values.update(gate[:, None], key_value, self.layer_idx)
-            gate = gate[:, 0]
+            # A static cache returns its whole preallocated buffer: keep the cached tokens and these.
+            total_length = length if positions is None else positions[1].shape[1]
+            gate, key_value = gate[:, 0, :total_length], key_value[:, :, :total_length]
             if key is not None:
                 key, value = key_value.chunk(2, dim=-1)
         tiny_attention_output = None
@@ -645,6 +647,11 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
                 f"max_position_embeddings = {n}. Ask for at most {max(0, n - input_ids_length)} new tokens "
                 "(`max_new_tokens`) or shorten the prompt."
             )
+
+    def create_masks_for_generate(self, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor | None:
+        """The mask `generate()` passes with a static cache: the 2D padding mask as it is (the blocks derive positions
+        from it; they need no 4D attention mask)."""
+        return attention_mask
 
     @can_return_tuple
     @auto_docstring

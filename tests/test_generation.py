@@ -8,7 +8,7 @@ be invisible: every test would pass at initialisation even with left padding han
 
 import pytest
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 
 from gmlp import GMLPForCausalLM
 
@@ -92,12 +92,16 @@ def test_right_padding_is_exact_and_positions_default_to_real_tokens(model):
         {"num_beams": 3, "do_sample": True},
     ],
 )
-def test_cached_generation_equals_full_recompute(model, strategy):
-    def run(use_cache):
-        torch.manual_seed(1)
-        return model.generate(BATCH, attention_mask=MASK, max_new_tokens=6, use_cache=use_cache, **strategy)
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_cached_generation_equals_full_recompute(model, strategy, cache_implementation):
+    """The default DynamicCache and Transformers' StaticCache (preallocated, written in place) both give the tokens
+    of the full recompute, left padding included."""
 
-    cached, recomputed = run(True), run(False)
+    def run(use_cache, **cache):
+        torch.manual_seed(1)
+        return model.generate(BATCH, attention_mask=MASK, max_new_tokens=6, use_cache=use_cache, **strategy, **cache)
+
+    cached, recomputed = run(True, cache_implementation=cache_implementation), run(False)
     assert cached.shape == (2, 11)
     assert torch.equal(cached, recomputed)
 
@@ -125,6 +129,25 @@ def test_one_step_with_the_cache_equals_the_full_forward(model):
         )
     torch.testing.assert_close(step.logits[:, -1], full.logits[:, -1])
     assert step.past_key_values.get_seq_length() == 6
+
+
+def test_a_static_cache_holds_the_same_gates_in_place(model):
+    """Transformers' StaticCache, passed by hand: preallocated to n, filled in place, zeros beyond the cached tokens
+    (which therefore add nothing to the spatial projection), and the step's logits equal the full forward's."""
+    new_tokens = torch.tensor([[21], [22]])
+    mask = torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1)
+    with torch.no_grad():
+        cache = StaticCache(config=model.config, max_cache_len=model.config.max_position_embeddings)
+        model(BATCH, attention_mask=MASK, past_key_values=cache, use_cache=True)
+        step = model(new_tokens, attention_mask=mask, past_key_values=cache, use_cache=True)
+        full = model(torch.cat([BATCH, new_tokens], 1), attention_mask=mask)
+        dynamic = model(BATCH, attention_mask=MASK, use_cache=True).past_key_values
+    torch.testing.assert_close(step.logits[:, -1], full.logits[:, -1])
+    assert int(cache.get_seq_length()) == 6
+    gate = cache.layers[0].keys
+    assert gate.shape == (2, 1, model.config.max_position_embeddings, model.config.gate_size)
+    torch.testing.assert_close(gate[:, :, :5], dynamic.layers[0].keys)
+    assert gate[:, :, 6:].abs().max() == 0
 
 
 def test_generation_continues_from_returned_past_key_values(model):
