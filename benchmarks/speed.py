@@ -672,8 +672,10 @@ def markdown(results: dict) -> str:
                 "parameters), new tokens/s"
             ),
             "",
-            "| batch | gMLP cached (dynamic / static) | gMLP uncached | GPT-2 KV cache (dynamic / static) | "
-            "gMLP matmuls alone | cached vs uncached (dynamic / static) | cached vs GPT-2 (dynamic / static) |",
+            (
+                "| batch | gMLP cached (dynamic / static) | gMLP uncached | GPT-2 KV cache (dynamic / static) | "
+                "gMLP matmuls alone | cached vs uncached (dynamic / static) | cached vs GPT-2 (dynamic / static) |"
+            ),
             "|---|---|---|---|---|---|---|",
         ]
         for batch_size, row in g["batches"].items():
