@@ -540,34 +540,97 @@ def _bert_for_scaling(target: int, length: int, layers: int) -> BertConfig:
 def measure_memory_in_subprocess(name: str, bert_intermediate_size: int) -> float | None:
     """Peak resident memory a fresh process adds while running three training steps of one case (MiB): weights
     are in the baseline; optimizer state, gradients and activations are counted."""
-    command = [
-        sys.executable,
-        __file__,
-        "--memory-case",
-        name,
-        "--threads",
-        str(torch.get_num_threads()),
-        "--bert-intermediate-size",
-        str(bert_intermediate_size),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, env=os.environ, check=False)
-    if result.returncode:
-        print(result.stderr[-2000:], file=sys.stderr)
-        return None
-    return float(result.stdout.strip().splitlines()[-1])
+    return memory_subprocess(["--memory-case", name, "--bert-intermediate-size", str(bert_intermediate_size)])
 
 
 def memory_case(name: str, bert_intermediate_size: int) -> None:
     cases, _ = training_cases(only=name, bert_intermediate_size=bert_intermediate_size)
     model, loss_fn, _ = cases[name]
     input_ids, labels = mlm_batch(BATCH_SIZE, BASE["max_position_embeddings"])
-    step = training_step_fn(model, loss_fn, input_ids, labels)
-    # Nothing large has been freed yet, so the current resident size is also the high-water mark so far.
-    # /proc's VmHWM, not getrusage's ru_maxrss: the latter keeps the parent's high-water mark across fork + exec.
+    print(peak_added_mib(training_step_fn(model, loss_fn, input_ids, labels), repeats=3))
+
+
+# Long-sequence peak memory: batch 1, the encoders of the training table (12 layers) sized for each length.
+MEMORY_LENGTHS = (512, 2048, 4096)
+MEMORY_MODELS = ("gmlp", "BERT (sdpa)", "BERT (attention dropout 0.1)")
+
+
+def long_sequence_encoder(name: str, length: int):
+    """gMLP's encoder (Toeplitz W; the FFT product from 1,024 tokens, the default) or the parameter-matched BERT encoder
+    with n = `length`. BERT trains with SDPA's memory-efficient kernel only with attention dropout off; its default
+    dropout (0.1) takes the path that stores the attention probabilities."""
+    from transformers import BertModel
+
+    from gmlp import GMLPModel
+
+    torch.manual_seed(0)
+    if name == "gmlp":
+        return GMLPModel(gmlp_config(max_position_embeddings=length))
+    config = _bert_for_scaling(count_parameters(GMLPForMaskedLM(gmlp_config())), length, BASE["num_hidden_layers"])
+    if name == "BERT (attention dropout 0.1)":
+        config.attention_probs_dropout_prob = 0.1
+    return BertModel(config, add_pooling_layer=False)
+
+
+def long_sequence_memory_case(spec: str) -> None:
+    """Print the peak resident memory (MiB) two steps of `name,mode,length` add over the built model and input."""
+    name, mode, length = spec.split(",")
+    model = long_sequence_encoder(name, int(length))
+    input_ids = torch.randint(5, BASE["vocab_size"], (1, int(length)))
+
+    def step():
+        if mode == "training":
+            model.train()
+            model(input_ids=input_ids).last_hidden_state.mean().backward()
+            model.zero_grad(set_to_none=True)
+        else:
+            model.eval()
+            with torch.no_grad():
+                model(input_ids=input_ids)
+
+    print(peak_added_mib(step, repeats=2))
+
+
+def run_memory(args) -> dict:
+    """Peak memory of an encoder step at long lengths, gMLP against BERT, each case in a fresh process."""
+    results = {"batch_size": 1, "layers": BASE["num_hidden_layers"], "lengths": {}}
+    for length in MEMORY_LENGTHS:
+        row = {}
+        for mode in ("training", "inference"):
+            for name in MEMORY_MODELS:
+                if mode == "inference" and name == "BERT (attention dropout 0.1)":
+                    continue  # dropout is off in evaluation: the same model as BERT (sdpa)
+                row[f"{name} {mode}"] = memory_subprocess(["--memory-case-long", f"{name},{mode},{length}"])
+        results["lengths"][length] = row
+        print(f"  length {length}: done", file=sys.stderr, flush=True)
+    return results
+
+
+# The memory cases run with every allocation of 128 KiB or more mapped on its own and unmapped when freed, so that the
+# resident size follows the live tensors (the speed tables' settings keep freed memory resident for reuse).
+MEASURING_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
+
+
+def memory_subprocess(arguments: list[str]) -> float | None:
+    """Run this script on one memory case in a fresh process; its printed MiB, or None if it failed."""
+    command = [sys.executable, __file__, "--threads", str(torch.get_num_threads()), *arguments]
+    result = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, **MEASURING_ALLOCATOR_ENV}, check=False
+    )
+    if result.returncode:
+        print(result.stderr[-2000:], file=sys.stderr)
+        return None
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def peak_added_mib(step, repeats: int) -> float:
+    """The peak resident memory `repeats` calls of `step` add over what is resident before them (MiB). The kernel's
+    high-water mark is reset first (/proc/self/clear_refs), so building the model does not count."""
+    Path("/proc/self/clear_refs").write_text("5")
     before = resident_kib("VmRSS")
-    for _ in range(3):
+    for _ in range(repeats):
         step()
-    print((resident_kib("VmHWM") - before) / 1024)
+    return (resident_kib("VmHWM") - before) / 1024
 
 
 def resident_kib(field: str) -> int:
@@ -688,6 +751,35 @@ def markdown(results: dict) -> str:
                 f"{row['cached_vs_gpt2']:.2f}x / {row['static_vs_gpt2_static']:.2f}x |"
             )
         lines.append("")
+    if "memory" in results:
+        m = results["memory"]
+        lines += [
+            (
+                f"### Peak memory of an encoder step at length, batch {m['batch_size']}, {m['layers']} layers, d_model "
+                "256 (MiB over the built model and input; training = forward + backward)"
+            ),
+            "",
+            (
+                "| length | gMLP training | BERT (sdpa) training | BERT (attention dropout 0.1) training | "
+                "gMLP vs BERT (sdpa) | gMLP inference | BERT inference | gMLP vs BERT |"
+            ),
+            "|---|---|---|---|---|---|---|---|",
+        ]
+
+        def mib(value):
+            return "-" if value is None else f"{value:.0f}"
+
+        def share(value, reference):
+            return "-" if value is None or not reference else f"{value / reference:.0%}"
+
+        for length, row in m["lengths"].items():
+            lines.append(
+                f"| {length} | {mib(row['gmlp training'])} | {mib(row['BERT (sdpa) training'])} | "
+                f"{mib(row['BERT (attention dropout 0.1) training'])} | "
+                f"{share(row['gmlp training'], row['BERT (sdpa) training'])} | {mib(row['gmlp inference'])} | "
+                f"{mib(row['BERT (sdpa) inference'])} | {share(row['gmlp inference'], row['BERT (sdpa) inference'])} |"
+            )
+        lines.append("")
     if "scaling" in results:
         s = results["scaling"]
         lines += [
@@ -770,7 +862,7 @@ def parse_args():
     parser.add_argument(
         "--sections",
         default="training,inference,scaling,compile",
-        help="comma-separated subset of training,inference,scaling,compile,generation",
+        help="comma-separated subset of training,inference,scaling,compile,generation,memory",
     )
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per table")
     parser.add_argument("--repeats", type=int, default=2, help="steps per case per round")
@@ -784,6 +876,7 @@ def parse_args():
     parser.add_argument("--system-malloc", action="store_true", help="keep glibc's default malloc settings")
     parser.add_argument("--memory-case", help=argparse.SUPPRESS)
     parser.add_argument("--bert-intermediate-size", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--memory-case-long", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.repeats, args.scaling_layers, args.scaling_rounds = 3, 1, 2, 3
@@ -792,12 +885,16 @@ def parse_args():
 
 def main():
     args = parse_args()
-    if not args.system_malloc and any(os.environ.get(k) != v for k, v in ALLOCATOR_ENV.items()):
+    measuring = args.memory_case or args.memory_case_long  # a memory case keeps the allocator it was given
+    if not (args.system_malloc or measuring) and any(os.environ.get(k) != v for k, v in ALLOCATOR_ENV.items()):
         # The allocator reads these once at process start, hence the re-exec.
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **ALLOCATOR_ENV})
     torch.set_num_threads(args.threads)
     if args.memory_case:
         memory_case(args.memory_case, args.bert_intermediate_size)
+        return
+    if args.memory_case_long:
+        long_sequence_memory_case(args.memory_case_long)
         return
     peak = matmul_peak_flops()
     results = {"machine": machine_info(args.threads, peak), "flop_formulas": FLOP_FORMULAS, "command": sys.argv}
@@ -808,6 +905,7 @@ def main():
         "scaling": lambda: run_scaling(args),
         "compile": lambda: run_compile(args),
         "generation": lambda: run_generation(args),
+        "memory": lambda: run_memory(args),
     }
     for section in sections:
         if section not in runners:
