@@ -262,8 +262,8 @@ def paired_ratio(times: dict, name: str, reference: str) -> float:
     return statistics.median(r / t for r, t in zip(times[reference], times[name]))
 
 
-def matmul_peak_flops(size: int = 2048, rounds: int = 9) -> float:
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def matmul_peak_flops(size: int = 2048, rounds: int = 9, dtype: torch.dtype = torch.float32) -> float:
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     times = interleaved({"mm": lambda: torch.mm(a, b)}, rounds, warmup=2)["mm"]
     return 2 * size**3 / statistics.median(times)
 
@@ -387,11 +387,103 @@ def run_compile(args) -> dict:
         )
     return {
         "first_step_seconds_with_compilation": compile_seconds,
+        "training_seconds": train,
+        "inference_seconds": infer,
         "training_speedup": paired_ratio(train, "compiled", "eager"),
         "training_tokens_per_second": {k: input_ids.numel() / statistics.median(v) for k, v in train.items()},
         "inference_speedup": paired_ratio(infer, "compiled", "eager"),
         "inference_tokens_per_second": {k: input_ids.numel() / statistics.median(v) for k, v in infer.items()},
     }
+
+
+def in_precision(step, precision: str):
+    """`step` run in fp32 or under CPU bf16 autocast (what the Trainer's --bf16 does)."""
+
+    def run():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            return step()
+
+    return run
+
+
+def run_precision(args) -> dict:
+    """fp32 and bf16 autocast, eager and compiled, interleaved: the MLM training step with logits at the labelled
+    positions (gMLP's sparse_prediction, BERT given the same), and encoder inference at batch 8 x 128 and 1 x 512,
+    gMLP against BERT (SDPA) of equal parameter count. MFU against each precision's measured matmul peak."""
+    from transformers import BertModel
+
+    from gmlp import GMLPModel
+
+    peaks = {precision: matmul_peak_flops(dtype=dtype) for precision, dtype in PRECISIONS.items()}
+    results = {"matmul_peak_gflops": {k: v / 1e9 for k, v in peaks.items()}, "training": {}, "inference": {}}
+    cases, bert_config = training_cases()
+    input_ids, labels = mlm_batch(BATCH_SIZE, BASE["max_position_embeddings"])
+    steps, flops = {}, {}
+    for name in ("gmlp sparse_prediction", "BERT sparse logits"):
+        model, loss_fn, _ = cases[name]
+        flops[name] = 3 * forward_flops(name, input_ids, labels, bert_config.intermediate_size)
+        for compiled in (False, True):
+            step = training_step_fn(model, loss_fn, input_ids, labels, compile_model=compiled)
+            for precision in PRECISIONS:
+                steps[(name, precision, compiled)] = in_precision(step, precision)
+    results["training"] = precision_rows(steps, flops, peaks, input_ids.numel(), args, "gmlp sparse_prediction")
+    target = count_parameters(GMLPForMaskedLM(gmlp_config()))
+    for batch_size, length in ((BATCH_SIZE, 128), (1, 512)):
+        torch.manual_seed(0)
+        encoders = {
+            "gmlp encoder": GMLPModel(gmlp_config(max_position_embeddings=length)).eval(),
+            "BERT encoder (sdpa)": BertModel(
+                _bert_for_scaling(target, length, BASE["num_hidden_layers"]), add_pooling_layer=False
+            ).eval(),
+        }
+        ids = torch.randint(5, BASE["vocab_size"], (batch_size, length))
+        steps, flops = {}, {}
+        for name, encoder in encoders.items():
+            flops[name] = forward_flops(name, ids, ids, bert_config.intermediate_size, encoder_only=True)
+            for compiled in (False, True):
+                forward = torch.compile(encoder) if compiled else encoder
+                for precision in PRECISIONS:
+                    steps[(name, precision, compiled)] = in_precision(
+                        lambda f=forward, ids=ids: f(input_ids=ids), precision
+                    )
+        with torch.inference_mode():
+            results["inference"][f"{batch_size}x{length}"] = precision_rows(
+                steps, flops, peaks, ids.numel(), args, "gmlp encoder", repeats=2
+            )
+    return results
+
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def precision_rows(steps: dict, flops: dict, peaks: dict, tokens: int, args, ours: str, repeats: int = 1) -> dict:
+    """Warm every case up (compiling the compiled ones), time them interleaved, and tabulate: tokens/s, MFU, and
+    paired ratios against fp32 eager of the same model, and of ours against the other model in the same setup."""
+    labelled = {
+        f"{name} | {precision} | {'compiled' if compiled else 'eager'}": step
+        for (name, precision, compiled), step in steps.items()
+    }
+    compile_seconds = {}
+    for label, step in labelled.items():
+        start = time.perf_counter()
+        step()
+        compile_seconds[label] = time.perf_counter() - start
+    times = interleaved(labelled, args.rounds, warmup=1, repeats=args.repeats * repeats)
+    rows = {}
+    for label in labelled:
+        name, precision, mode = label.split(" | ")
+        seconds = statistics.median(times[label])
+        other = next(n for n in flops if n != name)
+        rows[label] = {
+            "tokens_per_second": tokens / seconds,
+            "mfu": flops[name] / seconds / peaks[precision],
+            "vs_fp32_eager": paired_ratio(times, label, f"{name} | fp32 | eager"),
+            "first_call_seconds": compile_seconds[label],
+            "times": times[label],
+        }
+        if name == ours:
+            rows[label]["vs_other_model"] = paired_ratio(times, label, f"{other} | {precision} | {mode}")
+    return rows
 
 
 def run_generation(args) -> dict:
@@ -665,6 +757,72 @@ def machine_info(threads: int, peak: float) -> dict:
     }
 
 
+# The headline comparisons of the training table: each gMLP setup against BERT set up the same way.
+LIKE_FOR_LIKE = (
+    ("full logits, dropout 0.1 (both defaults)", "gmlp (full logits)", "BertForMaskedLM"),
+    ("logits at the labelled positions only, dropout 0.1", "gmlp sparse_prediction", "BERT sparse logits"),
+    (
+        "full logits; BERT with dropout off, gMLP with its default 0.1",
+        "gmlp (full logits)",
+        "BertForMaskedLM no dropout",
+    ),
+)
+
+
+def like_for_like_training(rows: dict) -> list[str]:
+    """The training table's like-for-like pairs: paired ratios from the saved per-round times, and memory ratios."""
+    lines = [
+        "### MLM training, like for like: gMLP against BERT of equal parameter count set up the same way",
+        "",
+        "| setup | gMLP tokens/s | BERT tokens/s | gMLP / BERT (paired) | gMLP peak MiB | BERT peak MiB | memory gMLP / BERT |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for setup, ours, theirs in LIKE_FOR_LIKE:
+        if ours not in rows or theirs not in rows:
+            continue
+        a, b = rows[ours], rows[theirs]
+        ratio = statistics.median(t_bert / t_gmlp for t_gmlp, t_bert in zip(a["times"], b["times"]))
+        memory = (
+            f"{a['peak_step_memory_mib']:.0f} | {b['peak_step_memory_mib']:.0f} | "
+            f"{a['peak_step_memory_mib'] / b['peak_step_memory_mib']:.0%}"
+            if a["peak_step_memory_mib"] and b["peak_step_memory_mib"]
+            else "- | - | -"
+        )
+        lines.append(
+            f"| {setup} | {a['tokens_per_second']:.0f} | {b['tokens_per_second']:.0f} | {ratio:.2f}x | {memory} |"
+        )
+    return [*lines, ""]
+
+
+def precision_markdown(p: dict) -> list[str]:
+    peaks = p["matmul_peak_gflops"]
+    lines = [
+        (
+            f"### fp32 and bf16 autocast, eager and torch.compile (measured matmul peaks: fp32 {peaks['fp32']:.0f}, "
+            f"bf16 {peaks['bf16']:.0f} GFLOP/s)"
+        ),
+        "",
+    ]
+    tables = [("MLM training step, batch 8 x 128, logits at the labelled positions", p["training"])]
+    tables += [(f"Encoder inference, batch {shape}", rows) for shape, rows in p["inference"].items()]
+    for title, rows in tables:
+        lines += [
+            f"{title}:",
+            "",
+            "| model | precision | mode | tokens/s | vs its fp32 eager | gMLP vs BERT (same setup) | MFU | first call (s) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for label, row in rows.items():
+            name, precision, mode = label.split(" | ")
+            versus = f"{row['vs_other_model']:.2f}x" if "vs_other_model" in row else ""
+            lines.append(
+                f"| {name} | {precision} | {mode} | {row['tokens_per_second']:.0f} | {row['vs_fp32_eager']:.2f}x | "
+                f"{versus} | {100 * row['mfu']:.0f}% | {row['first_call_seconds']:.1f} |"
+            )
+        lines.append("")
+    return lines
+
+
 def markdown(results: dict) -> str:
     machine = results["machine"]
     lines = [
@@ -677,6 +835,7 @@ def markdown(results: dict) -> str:
     ]
     if "training" in results:
         training = results["training"]
+        lines += like_for_like_training(training["rows"])
         lines += [
             (
                 f"### MLM training step (forward + backward + AdamW), d_model 256, 12 layers, d_ffn 1536, n 128, "
@@ -751,6 +910,8 @@ def markdown(results: dict) -> str:
                 f"{row['cached_vs_gpt2']:.2f}x / {row['static_vs_gpt2_static']:.2f}x |"
             )
         lines.append("")
+    if "precision" in results:
+        lines += precision_markdown(results["precision"])
     if "memory" in results:
         m = results["memory"]
         lines += [
@@ -862,7 +1023,7 @@ def parse_args():
     parser.add_argument(
         "--sections",
         default="training,inference,scaling,compile",
-        help="comma-separated subset of training,inference,scaling,compile,generation,memory",
+        help="comma-separated subset of training,inference,scaling,compile,generation,memory,precision",
     )
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per table")
     parser.add_argument("--repeats", type=int, default=2, help="steps per case per round")
@@ -877,6 +1038,9 @@ def parse_args():
     parser.add_argument("--memory-case", help=argparse.SUPPRESS)
     parser.add_argument("--bert-intermediate-size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--memory-case-long", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--report-only", action="store_true", help="measure nothing: write the tables of the results in --output again"
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.repeats, args.scaling_layers, args.scaling_rounds = 3, 1, 2, 3
@@ -896,6 +1060,11 @@ def main():
     if args.memory_case_long:
         long_sequence_memory_case(args.memory_case_long)
         return
+    if args.report_only:
+        report = markdown(json.loads(args.output.read_text()))
+        args.output.with_suffix(".md").write_text(report)
+        print(report)
+        return
     peak = matmul_peak_flops()
     results = {"machine": machine_info(args.threads, peak), "flop_formulas": FLOP_FORMULAS, "command": sys.argv}
     sections = args.sections.split(",")
@@ -906,6 +1075,7 @@ def main():
         "compile": lambda: run_compile(args),
         "generation": lambda: run_generation(args),
         "memory": lambda: run_memory(args),
+        "precision": lambda: run_precision(args),
     }
     for section in sections:
         if section not in runners:

@@ -4,10 +4,13 @@ accelerator."""
 import json
 import logging
 
+import datasets
 import pytest
+from transformers import TrainingArguments
 
 import run_glue
 import run_mlm
+from gmlp.tasks.mlm import tokenize_for_mlm
 from gmlp.tokenization_gmlp import train_tokenizer
 
 WORDS = [
@@ -231,3 +234,37 @@ def test_sharding_engines_on_the_cpu_are_refused_rather_than_silently_run_as_ddp
                 *COMMON,
             ]
         )
+
+
+@pytest.mark.parametrize("script", ["run_glue", "run_squad", "run_mlm"])
+def test_torch_compile_pads_every_example_to_one_length(script, tmp_path, caplog):
+    """Padded to each batch's longest example, compiled models recompile at nearly every batch; with --torch_compile
+    the scripts pad to --max_seq_length (and say so), without it they keep dynamic padding."""
+    from gmlp.tasks import run_glue as glue_script
+    from gmlp.tasks import run_mlm as mlm_script
+    from gmlp.tasks import run_squad as squad_script
+    from gmlp.tasks.training import parse_arguments
+
+    module = {"run_glue": glue_script, "run_squad": squad_script, "run_mlm": mlm_script}[script]
+    dataclasses = (module.ModelArguments, module.DataTrainingArguments, TrainingArguments)
+    data = {"run_glue": ["--task_name", "sst2"], "run_squad": ["--dataset_name", "rajpurkar/squad"], "run_mlm": []}
+    common = ["--output_dir", str(tmp_path / "out"), "--do_train", "--report_to", "none", *data[script]]
+    _, plain, _ = parse_arguments(dataclasses, common)
+    with caplog.at_level(logging.WARNING):
+        _, compiled, training_args = parse_arguments(dataclasses, [*common, "--torch_compile"])
+    assert training_args.torch_compile
+    assert plain.pad_to_max_length is False and compiled.pad_to_max_length is True
+    assert "--pad_to_max_length added" in caplog.text
+
+
+def test_line_by_line_mlm_pads_to_max_seq_length_when_asked(tmp_path):
+    tokenizer = train_tokenizer(iter(WORDS * 3), vocab_size=100, min_frequency=1)
+    lines = ["the cat sat", "the old dog slept by the warm fire and the cat sat on a red mat"]
+    raw = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": lines})})
+    arguments = TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none")
+    dynamic, fixed = (
+        tokenize_for_mlm(raw, tokenizer, 16, True, arguments, pad_to_max_length=pad)["train"] for pad in (False, True)
+    )
+    assert sorted(len(ids) for ids in dynamic["input_ids"]) == [5, 16]
+    assert [len(ids) for ids in fixed["input_ids"]] == [16, 16]
+    assert fixed["input_ids"][0][:5] == dynamic["input_ids"][0]

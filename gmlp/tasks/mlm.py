@@ -68,9 +68,10 @@ def tokenize_for_mlm(
     num_proc: int | None = None,
     whole_word_mask: bool = False,
     sources: dict[str, str] | None = None,
+    pad_to_max_length: bool = False,
 ) -> datasets.DatasetDict:
     """Token ids for MLM: each non-empty line truncated to `max_seq_length` (`line_by_line`; how many tokens that
-    drops is logged), or all the text concatenated and cut into blocks of exactly `max_seq_length` tokens (the
+    drops is logged; padded to `max_seq_length` with `pad_to_max_length`), or all the text concatenated and cut into blocks of exactly `max_seq_length` tokens (the
     remainder of each batch of 1,000 texts is dropped, as in Transformers' run_mlm). `sources` names each split's
     file for error messages."""
     sources = {name: f"The {name} data" for name in raw_datasets} | (sources or {})
@@ -85,7 +86,7 @@ def tokenize_for_mlm(
     def tokenize_lines(examples):
         lines = [line for line in examples[text_column] if line and not line.isspace()]
         # The collator cannot pad offset mappings, so whole-word masking pads every line to max_seq_length here.
-        padding = "max_length" if whole_word_mask else False
+        padding = "max_length" if whole_word_mask or pad_to_max_length else False
         tokenized = tokenizer(lines, truncation=True, max_length=max_seq_length, padding=padding, **extra_outputs)
         full_lengths = tokenizer(lines, return_length=True)["length"]
         tokenized["truncated_tokens"] = [max(0, length - max_seq_length) for length in full_lengths]

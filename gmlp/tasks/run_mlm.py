@@ -104,6 +104,13 @@ class DataTrainingArguments:
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens to mask."})
     whole_word_mask: bool = field(default=False, metadata={"help": "Mask whole words rather than single tokens."})
+    pad_to_max_length: bool = field(
+        default=False,
+        metadata={
+            "help": "--line_by_line: pad every line to max_seq_length instead of to the longest in its batch (on by "
+            "itself with --torch_compile). Blocks are always max_seq_length tokens."
+        },
+    )
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only this many training sequences."})
     max_eval_samples: int | None = field(
@@ -234,6 +241,7 @@ def main(argv: list[str] | None = None) -> dict:
         data_args.preprocessing_num_workers,
         data_args.whole_word_mask,
         sources=sources,
+        pad_to_max_length=data_args.pad_to_max_length,
     )
     if data_args.whole_word_mask:
         # The collator needs the offset mapping to find words; the Trainer would drop it as an unused column.

@@ -119,11 +119,26 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None):
                 f"run would silently be plain data-parallel (DDP). Drop {flag} on the CPU (torchrun or accelerate "
                 "launch then run DDP over gloo), or run on GPUs."
             )
+    if training_args.torch_compile:
+        pad_every_example_for_compile(parsed)
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise ValueError("Nothing to do: pass --do_train and/or --do_eval (or --do_predict where the script has it).")
     if training_args.process_index == 0:
         prepare_output_dir(training_args, run_args.overwrite_output_dir)
     return tuple(parsed)
+
+
+def pad_every_example_for_compile(parsed_arguments) -> None:
+    """Under --torch_compile, pad every example to --max_seq_length: padded to the longest example of each batch, the
+    inputs take a new length at nearly every batch, and each new length recompiles the model (minutes per shape on a
+    CPU) until dynamo falls back to slower dynamic-shape code."""
+    for arguments in parsed_arguments:
+        if getattr(arguments, "pad_to_max_length", True) is False:
+            logger.warning(
+                "--torch_compile: padding every example to --max_seq_length (--pad_to_max_length added), so that the "
+                "model compiles for one input shape instead of once per batch length."
+            )
+            arguments.pad_to_max_length = True
 
 
 def bf16_needs_the_cpu(asks_bf16, uses_cpu) -> bool:
