@@ -4,8 +4,16 @@ One command, a markdown table out and the results as JSON (benchmarks/results/sp
 
     python benchmarks/speed.py                 # everything (about 30-60 minutes on 2 cores)
     python benchmarks/speed.py --quick         # fewer rounds and a 2-layer model for the length scaling
+    python benchmarks/speed.py --sections training,inference --output benchmarks/results/speed_training.json
+                                               # MLM training (like for like with BERT) and encoder inference
+    python benchmarks/speed.py --sections precision --output benchmarks/results/speed_precision.json
+                                               # fp32 / bf16 autocast, eager / torch.compile, training and inference
+    python benchmarks/speed.py --sections memory --output benchmarks/results/speed_memory.json
+                                               # peak memory at 512, 2,048 and 4,096 tokens against BERT
+    python benchmarks/speed.py --sections scaling  # spatial projection and encoder throughput against length
     python benchmarks/speed.py --sections generation --output benchmarks/results/speed_generation.json
                                                # generate(): gMLP cached vs uncached vs GPT-2 (KV cache)
+    python benchmarks/speed.py --report-only --output F.json   # the tables of saved results, measuring nothing
 
 Every table runs its cases interleaved (A B C A B C ...), reports medians over rounds and paired ratios (the
 median of per-round ratios), on the CPU with `torch.set_num_threads` set explicitly. glibc's malloc returns the
@@ -350,50 +358,6 @@ def run_inference(args, peak: float) -> dict:
             "times": times[name],
         }
     return {"rows": rows}
-
-
-def run_compile(args) -> dict:
-    """torch.compile of the training step (sparse_prediction; the boolean indexing is a graph break) and of the
-    encoder's inference, against eager, interleaved."""
-    torch.manual_seed(0)
-    input_ids, labels = mlm_batch(BATCH_SIZE, BASE["max_position_embeddings"])
-    eager, compiled = (GMLPForMaskedLM(gmlp_config()) for _ in range(2))
-
-    def loss_fn(model, ids, target):
-        return model(input_ids=ids, labels=target, sparse_prediction=True).loss
-
-    start = time.perf_counter()
-    compiled_step = training_step_fn(compiled, loss_fn, input_ids, labels, compile_model=True)
-    compiled_step()
-    compile_seconds = time.perf_counter() - start
-    train = interleaved(
-        {"eager": training_step_fn(eager, loss_fn, input_ids, labels), "compiled": compiled_step},
-        args.rounds,
-        warmup=1,
-        repeats=args.repeats,
-    )
-    eager.eval()
-    compiled.eval()
-    compiled_encoder = torch.compile(compiled.gmlp)
-    with torch.inference_mode():
-        infer = interleaved(
-            {
-                "eager": lambda: eager.gmlp(input_ids=input_ids),
-                "compiled": lambda: compiled_encoder(input_ids=input_ids),
-            },
-            args.rounds,
-            warmup=2,
-            repeats=args.repeats * 2,
-        )
-    return {
-        "first_step_seconds_with_compilation": compile_seconds,
-        "training_seconds": train,
-        "inference_seconds": infer,
-        "training_speedup": paired_ratio(train, "compiled", "eager"),
-        "training_tokens_per_second": {k: input_ids.numel() / statistics.median(v) for k, v in train.items()},
-        "inference_speedup": paired_ratio(infer, "compiled", "eager"),
-        "inference_tokens_per_second": {k: input_ids.numel() / statistics.median(v) for k, v in infer.items()},
-    }
 
 
 def in_precision(step, precision: str):
@@ -867,24 +831,6 @@ def markdown(results: dict) -> str:
                 f"| {name} | {row['tokens_per_second']:.0f} | {row['vs_BERT_encoder']:.2f}x | {100 * row['mfu']:.0f}% |"
             )
         lines.append("")
-    if "compile" in results:
-        c = results["compile"]
-        lines += [
-            "### torch.compile (GMLPForMaskedLM, sparse_prediction)",
-            "",
-            "| | eager tokens/s | compiled tokens/s | speed-up |",
-            "|---|---|---|---|",
-            (
-                f"| training step | {c['training_tokens_per_second']['eager']:.0f} | "
-                f"{c['training_tokens_per_second']['compiled']:.0f} | {c['training_speedup']:.2f}x |"
-            ),
-            (
-                f"| encoder inference | {c['inference_tokens_per_second']['eager']:.0f} | "
-                f"{c['inference_tokens_per_second']['compiled']:.0f} | {c['inference_speedup']:.2f}x |"
-            ),
-            f"\nFirst compiled step (including compilation): {c['first_step_seconds_with_compilation']:.0f} s.",
-            "",
-        ]
     if "generation" in results:
         g = results["generation"]
         lines += [
@@ -1022,8 +968,8 @@ def parse_args():
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     parser.add_argument(
         "--sections",
-        default="training,inference,scaling,compile",
-        help="comma-separated subset of training,inference,scaling,compile,generation,memory,precision",
+        default="training,inference,scaling,precision,memory",
+        help="comma-separated subset of training,inference,scaling,generation,memory,precision",
     )
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per table")
     parser.add_argument("--repeats", type=int, default=2, help="steps per case per round")
@@ -1072,7 +1018,6 @@ def main():
         "training": lambda: run_training(args, peak),
         "inference": lambda: run_inference(args, peak),
         "scaling": lambda: run_scaling(args),
-        "compile": lambda: run_compile(args),
         "generation": lambda: run_generation(args),
         "memory": lambda: run_memory(args),
         "precision": lambda: run_precision(args),
