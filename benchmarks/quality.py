@@ -10,6 +10,8 @@ schedule, pretrained with masked language modelling by run_mlm.py, then fine-tun
                                                        #   model at its best SST-2 rate, every seed
     python benchmarks/quality.py --suites recipe       # gMLP/aMLP fine-tuning probes (mean pooling, ...), seed 0
     python benchmarks/quality.py --suites sgu          # the SGU variants of Table 3 at equal steps
+    python benchmarks/quality.py --suites bf16 --models gmlp --seeds 0
+                                                       # gMLP pretrained in bf16 autocast beside fp32
     python benchmarks/quality.py --seeds 0 --jobs 2    # one seed; two runs at a time (one thread each)
 
 Data (`../shared/data`, never copied into the repository):
@@ -230,9 +232,10 @@ class Quality:
                 (squad / f"{split}.json").write_text(json.dumps({"data": part, "version": dev["version"]}))
 
     # ---- pretraining ------------------------------------------------------------------------------------------
-    def pretrain_settings(self, name: str, config) -> dict:
+    def pretrain_settings(self, name: str, config, bf16: bool = False) -> dict:
         args = self.args
-        return {
+        # bf16 only when on, so that the fp32 runs keep the settings key they were recorded under.
+        return ({"bf16": True} if bf16 else {}) | {
             "config": config.to_dict(),
             "max_steps": args.max_steps,
             "batch_size": args.batch_size,
@@ -242,11 +245,12 @@ class Quality:
             "eval_mask_seed": 0,
         }
 
-    def pretrain(self, name: str, seed: int, config=None, need_checkpoint: bool = False) -> dict:
-        """MLM pretraining with run_mlm.py: the record with the validation perplexity, accuracy and the curve."""
+    def pretrain(self, name: str, seed: int, config=None, need_checkpoint: bool = False, bf16: bool = False) -> dict:
+        """MLM pretraining with run_mlm.py (in bf16 autocast with `bf16`): the record with the validation perplexity,
+        accuracy and the curve."""
         config = self.configs[name] if config is None else config
-        settings = self.pretrain_settings(name, config)
-        run_name = f"pretrain-{name}-{settings_key(settings)}-seed{seed}"
+        settings = self.pretrain_settings(name, config, bf16)
+        run_name = f"pretrain-{name}{'-bf16' if bf16 else ''}-{settings_key(settings)}-seed{seed}"
         output = self.args.work_dir / run_name
         with self.lock:
             lock = self.pretraining.setdefault(run_name, threading.Lock())
@@ -306,6 +310,7 @@ class Quality:
                     str(seed),
                     "--data_seed",
                     "0",
+                    *(["--bf16"] if bf16 else []),
                 ],
                 run_name,
             )
@@ -525,6 +530,17 @@ def collect(quality: Quality) -> dict:
         }
     if "recipe" in args.suites:
         results["recipe"] = {name: chain["recipe"] for name, chain in chains.items() if chain["recipe"]}
+    if "bf16" in args.suites and "gmlp" in args.models:
+        # gMLP pretrained in bf16 autocast (the Trainer's --bf16) beside the same run in fp32, first seed.
+        try:
+            runs = {
+                "fp32": quality.pretrain("gmlp", args.seeds[0]),
+                "bf16": quality.pretrain("gmlp", args.seeds[0], bf16=True),
+            }
+            keys = ("perplexity", "accuracy", "curve", "train_loss_curve")
+            results["bf16"] = {precision: {key: run[key] for key in keys} for precision, run in runs.items()}
+        except MissingRun as missing:
+            print(f"  bf16: report stops before {missing} (--report_only)", file=sys.stderr)
     if "sgu" in args.suites:
         results["sgu"] = {}
         for variant in SGU_VARIANTS:
@@ -602,6 +618,27 @@ def markdown(results: dict) -> str:
                 cells = [f"{100 * by_task[task]:.1f}" if task in by_task else "–" for task in ("sst2", "mnli")]
                 lines.append(f"| {name} | {probe} | " + " | ".join(cells) + " |")
         lines.append("")
+    if "bf16" in results:
+        runs = results["bf16"]
+        fp32_seeds = results["pretrain"]["gmlp"]["perplexities"] if "gmlp" in results.get("pretrain", {}) else []
+        lines += [
+            f"### gMLP pretraining in bf16 autocast (--bf16) and in fp32, seed {s['seeds'][0]}: validation perplexity",
+            "",
+            "| step | fp32 | bf16 |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {step} | {fp32:.1f} | {bf16:.1f} |"
+            for (step, fp32), (_, bf16) in zip(runs["fp32"]["curve"], runs["bf16"]["curve"])
+        ]
+        lines += [
+            "",
+            (
+                f"Final: fp32 {runs['fp32']['perplexity']:.1f}, bf16 {runs['bf16']['perplexity']:.1f}; fp32 over seeds: "
+                f"{mean_std(fp32_seeds)}."
+            ),
+            "",
+        ]
     if "sgu" in results:
         lines += [
             "### SGU variants (Table 3), equal steps",
@@ -655,8 +692,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--suites",
         nargs="+",
-        default=["pretrain", "lr", "finetune", "recipe"],
-        choices=["pretrain", "lr", "finetune", "recipe", "sgu"],
+        default=["pretrain", "lr", "finetune", "recipe", "bf16"],
+        choices=["pretrain", "lr", "finetune", "recipe", "sgu", "bf16"],
     )
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
