@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from sample_text import WORDS, rotated_lines
 
 import run_glue
 import run_image_classification
@@ -15,31 +16,6 @@ import run_squad
 from gmlp.tasks.training import checkpoint_problem
 from gmlp.tokenization_gmlp import train_tokenizer
 
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "a",
-    "red",
-    "mat",
-    "while",
-    "an",
-    "old",
-    "dog",
-    "slept",
-    "by",
-    "the",
-    "warm",
-    "fire",
-    "and",
-    "the",
-    "king",
-    "sang",
-    "to",
-    "his",
-    "sister",
-]
 TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=32,vocab_size=120"
 TINY_LABELLED = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=32"
 CONTEXT = "the red fox lives in the green forest near the old river and eats small birds every day"
@@ -57,14 +33,10 @@ COMMON = [
 ]
 
 
-def sentences(count: int) -> list[str]:
-    return [" ".join(WORDS[i % 20 :] + WORDS[: i % 20]) for i in range(count)]
-
-
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(iter(sentences(20) + [CONTEXT] * 3), vocab_size=120, min_frequency=1).save_pretrained(path)
+    train_tokenizer(iter(rotated_lines(20) + [CONTEXT] * 3), vocab_size=120, min_frequency=1).save_pretrained(path)
     return str(path)
 
 
@@ -152,7 +124,7 @@ def test_a_preset_typo_suggests_the_preset(tmp_path):
 
 # ---- the output directory and resuming ------------------------------------------------------------------------
 def test_an_output_dir_with_another_runs_results_is_refused_unless_overwritten(tokenizer_dir, tmp_path):
-    train = write(tmp_path / "train.txt", "\n".join(sentences(40)) + "\n")
+    train = write(tmp_path / "train.txt", "\n".join(rotated_lines(40)) + "\n")
     run_mlm.main(mlm_args(tokenizer_dir, tmp_path, train))
     out = tmp_path / "out"
     assert "train_loss" in json.loads((out / "all_results.json").read_text())
@@ -178,7 +150,7 @@ def test_an_output_dir_with_another_runs_results_is_refused_unless_overwritten(t
 
 
 def test_resume_takes_the_newest_complete_checkpoint(tokenizer_dir, tmp_path, caplog):
-    train = write(tmp_path / "train.txt", "\n".join(sentences(40)) + "\n")
+    train = write(tmp_path / "train.txt", "\n".join(rotated_lines(40)) + "\n")
     args = mlm_args(tokenizer_dir, tmp_path, train)
     args[args.index("--save_strategy") + 1] = "steps"
     args[args.index("--max_steps") + 1] = "3"
@@ -202,7 +174,7 @@ def test_resume_takes_the_newest_complete_checkpoint(tokenizer_dir, tmp_path, ca
 
 
 def test_truncated_weights_are_named(tokenizer_dir, tmp_path):
-    train = write(tmp_path / "train.txt", "\n".join(sentences(40)) + "\n")
+    train = write(tmp_path / "train.txt", "\n".join(rotated_lines(40)) + "\n")
     run_mlm.main(mlm_args(tokenizer_dir, tmp_path, train))
     weights = tmp_path / "out" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-50])
@@ -244,7 +216,7 @@ def glue_args(tokenizer_dir, tmp_path, *extra):
 
 
 def labelled_csv(blank_row: int | None = None) -> str:
-    rows = [f"{text},{'' if i == blank_row else i % 2}" for i, text in enumerate(sentences(8))]
+    rows = [f"{text},{'' if i == blank_row else i % 2}" for i, text in enumerate(rotated_lines(8))]
     return "sentence,label\n" + "\n".join(rows) + "\n"
 
 
@@ -268,7 +240,9 @@ GLUE_FILES = {
 def test_run_glue_names_a_bad_glue_dir_file(case, tokenizer_dir, tmp_path):
     content, problem = GLUE_FILES[case]
     train = write(tmp_path / "glue" / "SST-2" / "train.tsv", content)
-    write(tmp_path / "glue" / "SST-2" / "dev.tsv", "sentence\tlabel\n" + "\n".join(f"{s}\t1" for s in sentences(4)))
+    write(
+        tmp_path / "glue" / "SST-2" / "dev.tsv", "sentence\tlabel\n" + "\n".join(f"{s}\t1" for s in rotated_lines(4))
+    )
     with pytest.raises(ValueError, match=problem) as error:
         run_glue.main(glue_args(tokenizer_dir, tmp_path, "--task_name", "sst2", "--glue_dir", str(tmp_path / "glue")))
     assert str(train) in str(error.value)

@@ -6,6 +6,7 @@ import logging
 
 import datasets
 import pytest
+from sample_text import WORDS, rotated_lines
 from transformers import TrainingArguments
 
 import run_glue
@@ -13,31 +14,6 @@ import run_mlm
 from gmlp.tasks.mlm import tokenize_for_mlm
 from gmlp.tokenization_gmlp import train_tokenizer
 
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "a",
-    "red",
-    "mat",
-    "while",
-    "an",
-    "old",
-    "dog",
-    "slept",
-    "by",
-    "the",
-    "warm",
-    "fire",
-    "and",
-    "the",
-    "king",
-    "sang",
-    "to",
-    "his",
-    "sister",
-]
 TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=16"
 COMMON = [
     "--report_to",
@@ -54,7 +30,7 @@ COMMON = [
 
 
 def corpus(path, lines=30):
-    path.write_text("\n".join(" ".join(WORDS[i % 20 :] + WORDS[: i % 20]) for i in range(lines)) + "\n")
+    path.write_text("\n".join(rotated_lines(lines)) + "\n")
     return path
 
 

@@ -6,33 +6,13 @@ import json
 import datasets
 import pytest
 import torch
+from sample_text import WORDS as ALL_WORDS
 
 import run_mlm
 from gmlp.tasks.mlm import MaskedLMCollator, with_fixed_mask
 from gmlp.tokenization_gmlp import train_tokenizer
 
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "a",
-    "red",
-    "mat",
-    "while",
-    "an",
-    "old",
-    "dog",
-    "slept",
-    "by",
-    "the",
-    "warm",
-    "fire",
-    "and",
-    "the",
-    "king",
-    "sang",
-]
+WORDS = ALL_WORDS[:20]
 
 
 @pytest.fixture(scope="module")
