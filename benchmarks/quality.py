@@ -75,8 +75,15 @@ TASK_NAMES = {
 }
 MNLI_HELD_OUT = 2000
 SQUAD_HELD_OUT_ARTICLES = 10
-# gMLP/aMLP fine-tuning probes of the recipe suite: name -> run_glue.py --config_overrides.
-RECIPE_PROBES = {"mean pooling": "classifier_pooling=mean", "no dropout": "hidden_dropout_prob=0.0"}
+# gMLP/aMLP fine-tuning probes of the recipe suite, each one change to the recipe: name -> finetune() arguments
+# (`overrides`: run_glue.py --config_overrides; the classifier is the only weight not loaded from the checkpoint, so
+# `initializer_range` sets its initialisation alone).
+RECIPE_PROBES = {
+    "mean pooling": {"overrides": "classifier_pooling=mean"},
+    "no dropout": {"overrides": "hidden_dropout_prob=0.0"},
+    "classifier init std 0.002 (default 0.02)": {"overrides": "initializer_range=0.002"},
+    "warm-up 30% of steps (default 10%)": {"warmup_ratio": 0.3},
+}
 
 
 def parameters(model) -> int:
@@ -333,7 +340,15 @@ class Quality:
             )
 
     # ---- fine-tuning ------------------------------------------------------------------------------------------
-    def finetune(self, task: str, name: str, seed: int, learning_rate: float, overrides: str | None = None) -> dict:
+    def finetune(
+        self,
+        task: str,
+        name: str,
+        seed: int,
+        learning_rate: float,
+        overrides: str | None = None,
+        warmup_ratio: float = 0.1,
+    ) -> dict:
         """Fine-tune the model's pretrained checkpoint of `seed` on `task` with the same seed: the record with its
         held-out metrics (the spread over seeds covers both stages)."""
         args = self.args
@@ -343,7 +358,7 @@ class Quality:
             "task": task,
             "steps": args.finetune_steps,
             "learning_rate": learning_rate,
-            "warmup_ratio": 0.1,
+            "warmup_ratio": warmup_ratio,
             "batch_size": 32,
             "overrides": overrides,
         }
@@ -369,7 +384,7 @@ class Quality:
             "--learning_rate",
             str(learning_rate),
             "--warmup_steps",
-            str(args.finetune_steps // 10),
+            str(round(args.finetune_steps * warmup_ratio)),
             "--max_seq_length",
             "128",
             "--save_strategy",
@@ -486,10 +501,10 @@ def collect(quality: Quality) -> dict:
                         out["finetune"][task].append(quality.finetune(task, name, seed, rate))
                 if seed == args.seeds[0] and "recipe" in args.suites and name != "bert":
                     rate = quality.best_rate(name)
-                    for probe, overrides in RECIPE_PROBES.items():
+                    for probe, changes in RECIPE_PROBES.items():
                         out["recipe"][probe] = {}
                         for task in ("sst2", "mnli"):
-                            record = quality.finetune(task, name, seed, rate, overrides)
+                            record = quality.finetune(task, name, seed, rate, **changes)
                             out["recipe"][probe][task] = record["metrics"]["eval_accuracy"]
         except MissingRun as missing:
             print(f"  {name}: report stops before {missing} (--report_only)", file=sys.stderr)
