@@ -418,6 +418,57 @@ def run_precision(args) -> dict:
 
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+MATMUL_OPERATORS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_dot_product_flash_attention_for_cpu")
+
+
+def run_profile(args) -> dict:
+    """Where a step's time goes: torch.profiler's self CPU time by operator over three steps of gMLP's MLM training
+    step (sparse_prediction) and encoder inference, fp32, eager and compiled (after warming up). The matmul share
+    bounds what fusing the rest can win (Amdahl): 1 / matmul share."""
+    from torch.profiler import profile
+
+    torch.manual_seed(0)
+    input_ids, labels = mlm_batch(BATCH_SIZE, BASE["max_position_embeddings"])
+    model = GMLPForMaskedLM(gmlp_config())
+
+    def loss_fn(model, ids, target):
+        return model(input_ids=ids, labels=target, sparse_prediction=True).loss
+
+    encoder = model.gmlp
+    compiled_encoder = torch.compile(encoder)
+    cases = {
+        "training, eager": training_step_fn(model, loss_fn, input_ids, labels),
+        "training, compiled": training_step_fn(model, loss_fn, input_ids, labels, compile_model=True),
+        "inference, eager": lambda: encoder.eval()(input_ids=input_ids),
+        "inference, compiled": lambda: compiled_encoder(input_ids=input_ids),
+    }
+    results = {}
+    for name, step in cases.items():
+        with torch.inference_mode(name.startswith("inference")):
+            for _ in range(2):
+                step()
+            with profile() as profiler:
+                for _ in range(3):
+                    step()
+        by_operator = {
+            event.key: event.self_cpu_time_total / 1e3
+            for event in profiler.key_averages()
+            if event.self_cpu_time_total
+        }
+        total = sum(by_operator.values())
+        matmul = sum(by_operator.get(op, 0.0) for op in MATMUL_OPERATORS)
+        fused = sum(ms for op, ms in by_operator.items() if "CompiledFxGraph" in op)
+        top = dict(sorted(by_operator.items(), key=lambda item: -item[1])[:12])
+        results[name] = {
+            "self_cpu_ms_total": total,
+            "matmul_share": matmul / total,
+            "compiled_kernels_share": fused / total,
+            "amdahl_bound": total / matmul,
+            "top_operators_ms": top,
+        }
+        if name.startswith("training"):
+            model.train()
+    return results
 
 
 def precision_rows(steps: dict, flops: dict, peaks: dict, tokens: int, args, ours: str, repeats: int = 1) -> dict:
@@ -858,6 +909,22 @@ def markdown(results: dict) -> str:
         lines.append("")
     if "precision" in results:
         lines += precision_markdown(results["precision"])
+    if "profile" in results:
+        lines += [
+            "### Where the time goes: self CPU time by operator, 3 steps, fp32 (torch.profiler)",
+            "",
+            "| case | total (ms) | matmuls (mm, addmm, bmm, SDPA) | inductor's fused kernels | bound on any fusion (1 / matmul share) | largest operators (ms) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, row in results["profile"].items():
+            top = ", ".join(
+                f"{op.removeprefix('aten::')[:40]} {ms:.0f}" for op, ms in list(row["top_operators_ms"].items())[:6]
+            )
+            lines.append(
+                f"| {name} | {row['self_cpu_ms_total']:.0f} | {row['matmul_share']:.0%} | "
+                f"{row['compiled_kernels_share']:.0%} | {row['amdahl_bound']:.2f}x | {top} |"
+            )
+        lines.append("")
     if "memory" in results:
         m = results["memory"]
         lines += [
@@ -969,7 +1036,7 @@ def parse_args():
     parser.add_argument(
         "--sections",
         default="training,inference,scaling,precision,memory",
-        help="comma-separated subset of training,inference,scaling,generation,memory,precision",
+        help="comma-separated subset of training,inference,scaling,generation,memory,precision,profile",
     )
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per table")
     parser.add_argument("--repeats", type=int, default=2, help="steps per case per round")
@@ -1021,6 +1088,7 @@ def main():
         "generation": lambda: run_generation(args),
         "memory": lambda: run_memory(args),
         "precision": lambda: run_precision(args),
+        "profile": lambda: run_profile(args),
     }
     for section in sections:
         if section not in runners:
