@@ -12,6 +12,8 @@ schedule, pretrained with masked language modelling by run_mlm.py, then fine-tun
     python benchmarks/quality.py --suites sgu          # the SGU variants of Table 3 at equal steps
     python benchmarks/quality.py --suites bf16 --models gmlp --seeds 0
                                                        # gMLP pretrained in bf16 autocast beside fp32
+    python benchmarks/quality.py --suites pretrain_lr --seeds 0
+                                                       # each model pretrained at 3e-4, 1e-3 and 3e-3
     python benchmarks/quality.py --seeds 0 --jobs 2    # one seed; two runs at a time (one thread each)
 
 Data (`../shared/data`, never copied into the repository):
@@ -239,24 +241,32 @@ class Quality:
                 (squad / f"{split}.json").write_text(json.dumps({"data": part, "version": dev["version"]}))
 
     # ---- pretraining ------------------------------------------------------------------------------------------
-    def pretrain_settings(self, name: str, config, bf16: bool = False) -> dict:
+    def pretrain_settings(self, name: str, config, bf16: bool = False, learning_rate: float | None = None) -> dict:
         args = self.args
         # bf16 only when on, so that the fp32 runs keep the settings key they were recorded under.
         return ({"bf16": True} if bf16 else {}) | {
             "config": config.to_dict(),
             "max_steps": args.max_steps,
             "batch_size": args.batch_size,
-            "learning_rate": args.learning_rate,
+            "learning_rate": learning_rate or args.learning_rate,
             "warmup_steps": args.max_steps // 10,
             "max_eval_samples": args.max_eval_samples,
             "eval_mask_seed": 0,
         }
 
-    def pretrain(self, name: str, seed: int, config=None, need_checkpoint: bool = False, bf16: bool = False) -> dict:
+    def pretrain(
+        self,
+        name: str,
+        seed: int,
+        config=None,
+        need_checkpoint: bool = False,
+        bf16: bool = False,
+        learning_rate: float | None = None,
+    ) -> dict:
         """MLM pretraining with run_mlm.py (in bf16 autocast with `bf16`): the record with the validation perplexity,
         accuracy and the curve."""
         config = self.configs[name] if config is None else config
-        settings = self.pretrain_settings(name, config, bf16)
+        settings = self.pretrain_settings(name, config, bf16, learning_rate)
         run_name = f"pretrain-{name}{'-bf16' if bf16 else ''}-{settings_key(settings)}-seed{seed}"
         output = self.args.work_dir / run_name
         with self.lock:
@@ -294,7 +304,7 @@ class Quality:
                     "--per_device_eval_batch_size",
                     "64",
                     "--learning_rate",
-                    str(self.args.learning_rate),
+                    str(settings["learning_rate"]),
                     "--warmup_steps",
                     str(steps // 10),
                     "--weight_decay",
@@ -545,6 +555,17 @@ def collect(quality: Quality) -> dict:
         }
     if "recipe" in args.suites:
         results["recipe"] = {name: chain["recipe"] for name, chain in chains.items() if chain["recipe"]}
+    if "pretrain_lr" in args.suites:
+        # Each model pretrained at each --pretrain_learning_rates (first seed): is the shared rate fair to each?
+        results["pretrain_lr"] = {}
+        for name in models:
+            for rate in args.pretrain_learning_rates:
+                try:
+                    run = quality.pretrain(name, args.seeds[0], learning_rate=rate)
+                except MissingRun as missing:
+                    print(f"  pretrain_lr: report leaves out {missing} (--report_only)", file=sys.stderr)
+                    continue
+                results["pretrain_lr"].setdefault(name, {})[str(rate)] = run["perplexity"]
     if "bf16" in args.suites and "gmlp" in args.models:
         # gMLP pretrained in bf16 autocast (the Trainer's --bf16) beside the same run in fp32, first seed.
         try:
@@ -633,6 +654,18 @@ def markdown(results: dict) -> str:
                 cells = [f"{100 * by_task[task]:.1f}" if task in by_task else "–" for task in ("sst2", "mnli")]
                 lines.append(f"| {name} | {probe} | " + " | ".join(cells) + " |")
         lines.append("")
+    if results.get("pretrain_lr"):
+        rates = sorted({float(rate) for by_rate in results["pretrain_lr"].values() for rate in by_rate})
+        lines += [
+            f"### Pretraining learning rate: validation perplexity, seed {s['seeds'][0]}",
+            "",
+            "| model | " + " | ".join(f"lr {rate:g}" for rate in rates) + " |",
+            "|---|" + "---|" * len(rates),
+        ]
+        for name, by_rate in results["pretrain_lr"].items():
+            cells = [f"{by_rate[str(rate)]:.1f}" if str(rate) in by_rate else "–" for rate in rates]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
     if "bf16" in results:
         runs = results["bf16"]
         fp32_seeds = results["pretrain"]["gmlp"]["perplexities"] if "gmlp" in results.get("pretrain", {}) else []
@@ -708,7 +741,7 @@ def parse_args(argv=None):
         "--suites",
         nargs="+",
         default=["pretrain", "lr", "finetune", "recipe", "bf16"],
-        choices=["pretrain", "lr", "finetune", "recipe", "sgu", "bf16"],
+        choices=["pretrain", "lr", "finetune", "recipe", "sgu", "bf16", "pretrain_lr"],
     )
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -724,6 +757,13 @@ def parse_args(argv=None):
     parser.add_argument("--learning_rate", type=float, default=1e-3, help="MLM pretraining peak learning rate")
     parser.add_argument("--max_eval_samples", type=int, default=1024, help="validation sequences of 128 tokens")
     parser.add_argument("--finetune_steps", type=int, default=1000)
+    parser.add_argument(
+        "--pretrain_learning_rates",
+        type=float,
+        nargs="+",
+        default=[3e-4, 1e-3, 3e-3],
+        help="the pretraining rates of the pretrain_lr suite (first seed)",
+    )
     parser.add_argument(
         "--finetune_learning_rates",
         type=float,
