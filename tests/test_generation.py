@@ -150,6 +150,12 @@ def test_a_static_cache_holds_the_same_gates_in_place(model):
     assert gate[:, :, 6:].abs().max() == 0
 
 
+def test_static_cache_without_an_attention_mask(model):
+    """No mask: positions are counted from the static cache's (tensor) length."""
+    static = model.generate(PROMPT, max_new_tokens=6, do_sample=False, cache_implementation="static")
+    assert static.tolist() == model.generate(PROMPT, max_new_tokens=6, do_sample=False, use_cache=False).tolist()
+
+
 def test_generation_continues_from_returned_past_key_values(model):
     first = model.generate(PROMPT, max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
     continued = model.generate(
