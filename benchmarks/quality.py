@@ -495,27 +495,28 @@ def collect(quality: Quality) -> dict:
     models = [m for m in MODELS if m in args.models]
 
     def model_chain(name):
-        """One model's runs, first seed first: pretraining, the lr sweep, the tasks, the recipe probes."""
+        """One model's runs: every seed's pretraining, the lr sweep (first seed), then task by task every seed
+        (SST-2 first, so that a stopped run has the headline task for all seeds), then the recipe probes."""
         out = {"pretrain": [], "lr": {}, "finetune": {t: [] for t in args.tasks}, "recipe": {}}
+        first = args.seeds[0]
         try:
             for seed in args.seeds:
                 out["pretrain"].append(quality.pretrain(name, seed))
-                if seed != args.seeds[0] and "finetune" not in args.suites:
-                    continue
-                if seed == args.seeds[0] and ({"lr", "finetune", "recipe"} & set(args.suites)):
-                    for rate in args.finetune_learning_rates:
-                        out["lr"][str(rate)] = quality.finetune("sst2", name, seed, rate)["metrics"]["eval_accuracy"]
-                if "finetune" in args.suites:
-                    rate = quality.best_rate(name)
-                    for task in args.tasks:
+            if {"lr", "finetune", "recipe"} & set(args.suites):
+                for rate in args.finetune_learning_rates:
+                    out["lr"][str(rate)] = quality.finetune("sst2", name, first, rate)["metrics"]["eval_accuracy"]
+            if "finetune" in args.suites:
+                rate = quality.best_rate(name)
+                for task in args.tasks:
+                    for seed in args.seeds:
                         out["finetune"][task].append(quality.finetune(task, name, seed, rate))
-                if seed == args.seeds[0] and "recipe" in args.suites and name != "bert":
-                    rate = quality.best_rate(name)
-                    for probe, changes in RECIPE_PROBES.items():
-                        out["recipe"][probe] = {}
-                        for task in ("sst2", "mnli"):
-                            record = quality.finetune(task, name, seed, rate, **changes)
-                            out["recipe"][probe][task] = record["metrics"]["eval_accuracy"]
+            if "recipe" in args.suites and name != "bert":
+                rate = quality.best_rate(name)
+                for probe, changes in RECIPE_PROBES.items():
+                    out["recipe"][probe] = {}
+                    for task in ("sst2", "mnli"):
+                        record = quality.finetune(task, name, first, rate, **changes)
+                        out["recipe"][probe][task] = record["metrics"]["eval_accuracy"]
         except MissingRun as missing:
             print(f"  {name}: report stops before {missing} (--report_only)", file=sys.stderr)
         return out

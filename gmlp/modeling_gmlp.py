@@ -29,6 +29,7 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring, is_torchdynamo_compiling
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
@@ -272,7 +273,7 @@ class GMLPLayer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         positions: tuple[torch.Tensor, torch.Tensor] | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         """`attention_mask` covers the cached tokens and then these (batch, cached + length)."""
@@ -283,11 +284,11 @@ class GMLPLayer(GradientCheckpointingLayer):
         query = key = value = None
         if self.tiny_attention is not None:
             query, key, value = self.tiny_attention.project(normed)
-        if past_key_values is not None:
+        if cache is not None:
             key_value = (
                 torch.cat([key, value], dim=-1) if key is not None else gate.new_zeros(gate.shape[0], 1, length, 0)
             )
-            gate, key_value = past_key_values.update(gate[:, None], key_value, self.layer_idx)
+            gate, key_value = cache.update(gate[:, None], key_value, self.layer_idx)
             # A static cache returns its whole preallocated buffer: keep the cached tokens and these.
             total_length = length if positions is None else positions[1].shape[1]
             gate, key_value = gate[:, 0, :total_length], key_value[:, :, :total_length]
@@ -422,6 +423,7 @@ class GMLPModel(GMLPPreTrainedModel):
     @merge_with_config_defaults
     @capture_outputs
     @auto_docstring
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -429,7 +431,7 @@ class GMLPModel(GMLPPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | BaseModelOutputWithPast:
@@ -447,7 +449,7 @@ class GMLPModel(GMLPPreTrainedModel):
             mode, its index otherwise.
         inputs_embeds (`torch.Tensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*): token
             embeddings to use instead of `input_ids`.
-        past_key_values (`Cache`, *optional*): causal mode: the earlier tokens' gates (and tiny-attention keys and
+        cache (`Cache`, *optional*): causal mode: the earlier tokens' gates (and tiny-attention keys and
             values), as returned with `use_cache=True`; updated in place.
         use_cache (`bool`, *optional*): causal mode: return the cache, to decode one token at a time.
         """
@@ -455,19 +457,19 @@ class GMLPModel(GMLPPreTrainedModel):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds.")
         input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
         if not self.config.is_decoder:
-            use_cache, past_key_values = False, None  # only causal blocks can be decoded token by token
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
-        cached = past_key_values.get_seq_length() if past_key_values is not None else 0
+            use_cache, cache = False, None  # only causal blocks can be decoded token by token
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
+        cached = cache.get_seq_length() if cache is not None else 0
         self._check_input_shape(input_shape, attention_mask, token_type_ids, cached)
         positions = self._positions(input_shape, attention_mask, position_ids, cached)
         hidden_states = self.embeddings(input_ids, token_type_ids, inputs_embeds)
         hidden_states = self.encoder(
-            hidden_states, attention_mask, positions=positions, past_key_values=past_key_values, **kwargs
+            hidden_states, attention_mask, positions=positions, cache=cache, **kwargs
         )
         sequence_output = self.final_norm(hidden_states)
         return BaseModelOutputWithPast(
-            last_hidden_state=sequence_output, past_key_values=past_key_values if use_cache else None
+            last_hidden_state=sequence_output, cache=cache if use_cache else None
         )
 
     def _positions(self, input_shape, attention_mask, position_ids, cached: int):
@@ -655,6 +657,7 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
 
     @can_return_tuple
     @auto_docstring
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -662,13 +665,15 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         use_cache: bool | None = None,
         labels: torch.Tensor | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | CausalLMOutputWithPast:
         r"""
+        cache (`Cache`, *optional*): the earlier tokens' gates (and tiny-attention keys and values), as
+            returned with `use_cache=True`; updated in place.
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): the input ids (shifted
             inside the loss), -100 where no loss is wanted.
         logits_to_keep (`int` or `torch.Tensor`, *optional*): compute logits only for the last `logits_to_keep`
@@ -680,7 +685,7 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
-            past_key_values=past_key_values,
+            cache=cache,
             use_cache=use_cache,
             return_dict=True,
             **kwargs,
@@ -695,7 +700,7 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            cache=outputs.cache,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )

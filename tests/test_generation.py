@@ -111,7 +111,7 @@ def test_one_step_with_the_cache_equals_the_full_forward(model):
     length and per-layer contents have the documented shapes."""
     with torch.no_grad():
         prefix = model(BATCH, attention_mask=MASK, use_cache=True)
-        cache = prefix.past_key_values
+        cache = prefix.cache
         assert isinstance(cache, DynamicCache) and cache.get_seq_length() == 5
         gate, tiny_key_value = cache.layers[0].keys, cache.layers[0].values
         assert gate.shape == (2, 1, 5, model.config.gate_size)
@@ -120,7 +120,7 @@ def test_one_step_with_the_cache_equals_the_full_forward(model):
         step = model(
             torch.tensor([[21], [22]]),
             attention_mask=torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1),
-            past_key_values=cache,
+            cache=cache,
             use_cache=True,
         )
         full = model(
@@ -128,7 +128,7 @@ def test_one_step_with_the_cache_equals_the_full_forward(model):
             attention_mask=torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1),
         )
     torch.testing.assert_close(step.logits[:, -1], full.logits[:, -1])
-    assert step.past_key_values.get_seq_length() == 6
+    assert step.cache.get_seq_length() == 6
 
 
 def test_a_static_cache_holds_the_same_gates_in_place(model):
@@ -138,10 +138,10 @@ def test_a_static_cache_holds_the_same_gates_in_place(model):
     mask = torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1)
     with torch.no_grad():
         cache = StaticCache(config=model.config, max_cache_len=model.config.max_position_embeddings)
-        model(BATCH, attention_mask=MASK, past_key_values=cache, use_cache=True)
-        step = model(new_tokens, attention_mask=mask, past_key_values=cache, use_cache=True)
+        model(BATCH, attention_mask=MASK, cache=cache, use_cache=True)
+        step = model(new_tokens, attention_mask=mask, cache=cache, use_cache=True)
         full = model(torch.cat([BATCH, new_tokens], 1), attention_mask=mask)
-        dynamic = model(BATCH, attention_mask=MASK, use_cache=True).past_key_values
+        dynamic = model(BATCH, attention_mask=MASK, use_cache=True).cache
     torch.testing.assert_close(step.logits[:, -1], full.logits[:, -1])
     assert int(cache.get_seq_length()) == 6
     gate = cache.layers[0].keys
@@ -156,12 +156,23 @@ def test_static_cache_without_an_attention_mask(model):
     assert static.tolist() == model.generate(PROMPT, max_new_tokens=6, do_sample=False, use_cache=False).tolist()
 
 
-def test_generation_continues_from_returned_past_key_values(model):
+def test_generation_continues_from_the_returned_cache(model):
     first = model.generate(PROMPT, max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
-    continued = model.generate(
-        first.sequences, past_key_values=first.past_key_values, max_new_tokens=3, do_sample=False
-    )
+    continued = model.generate(first.sequences, cache=first.cache, max_new_tokens=3, do_sample=False)
     assert continued.tolist() == model.generate(PROMPT, max_new_tokens=6, do_sample=False).tolist()
+
+
+def test_the_cache_under_its_older_name_past_key_values(model):
+    """Transformers 5.24 renamed `past_key_values` to `cache`; the old keyword still reaches the cache (with the
+    library's deprecation warning), so code written for earlier versions decodes the same."""
+    new_tokens = torch.tensor([[21], [22]])
+    mask = torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1)
+    with torch.no_grad():
+        cache = model(BATCH, attention_mask=MASK, use_cache=True).cache
+        step = model(new_tokens, attention_mask=mask, past_key_values=cache, use_cache=True)
+        full = model(torch.cat([BATCH, new_tokens], 1), attention_mask=mask)
+    assert step.cache is cache and cache.get_seq_length() == 6
+    torch.testing.assert_close(step.logits[:, -1], full.logits[:, -1])
 
 
 def test_dict_outputs_with_hidden_states_per_step(model):
@@ -221,6 +232,6 @@ def test_too_long_a_generation_is_refused_before_it_starts(trained_looking):
 def test_a_cached_step_beyond_n_is_refused(trained_looking):
     model = trained_looking()
     with torch.no_grad():
-        cache = model(torch.ones(1, 24, dtype=torch.long), use_cache=True).past_key_values
+        cache = model(torch.ones(1, 24, dtype=torch.long), use_cache=True).cache
         with pytest.raises(ValueError, match=r"length 25 \(24 cached \+ 1 new\) exceeds .* 24"):
-            model(torch.ones(1, 1, dtype=torch.long), past_key_values=cache)
+            model(torch.ones(1, 1, dtype=torch.long), cache=cache)
