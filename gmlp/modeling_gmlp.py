@@ -464,13 +464,9 @@ class GMLPModel(GMLPPreTrainedModel):
         self._check_input_shape(input_shape, attention_mask, token_type_ids, cached)
         positions = self._positions(input_shape, attention_mask, position_ids, cached)
         hidden_states = self.embeddings(input_ids, token_type_ids, inputs_embeds)
-        hidden_states = self.encoder(
-            hidden_states, attention_mask, positions=positions, cache=cache, **kwargs
-        )
+        hidden_states = self.encoder(hidden_states, attention_mask, positions=positions, cache=cache, **kwargs)
         sequence_output = self.final_norm(hidden_states)
-        return BaseModelOutputWithPast(
-            last_hidden_state=sequence_output, cache=cache if use_cache else None
-        )
+        return BaseModelOutputWithPast(last_hidden_state=sequence_output, cache=cache if use_cache else None)
 
     def _positions(self, input_shape, attention_mask, position_ids, cached: int):
         """(query positions, key positions) for the spatial projection and tiny attention, or None when token i is at
