@@ -376,6 +376,8 @@ class Quality:
         record = read_record(self.runs_dir, run_name)
         if record:
             return record
+        if args.report_only:
+            raise MissingRun(run_name)
         checkpoint = self.pretrain(name, seed, need_checkpoint=True)["checkpoint"]
         output = args.work_dir / run_name
         common = [
@@ -494,31 +496,40 @@ def collect(quality: Quality) -> dict:
     }
     models = [m for m in MODELS if m in args.models]
 
+    def available(run, *run_args, **run_kwargs):
+        """The run's record (running it if need be), or None where --report_only finds no record."""
+        try:
+            return run(*run_args, **run_kwargs)
+        except MissingRun as missing:
+            print(f"  the report leaves out {missing} (--report_only)", file=sys.stderr)
+            return None
+
     def model_chain(name):
         """One model's runs: every seed's pretraining, the lr sweep (first seed), then task by task every seed
-        (SST-2 first, so that a stopped run has the headline task for all seeds), then the recipe probes."""
+        (SST-2 first, so that a stopped run has the headline task for all seeds), then the recipe probes. With
+        --report_only a missing run is left out and the chain goes on with what its records allow."""
         out = {"pretrain": [], "lr": {}, "finetune": {t: [] for t in args.tasks}, "recipe": {}}
         first = args.seeds[0]
-        try:
-            for seed in args.seeds:
-                out["pretrain"].append(quality.pretrain(name, seed))
-            if {"lr", "finetune", "recipe"} & set(args.suites):
-                for rate in args.finetune_learning_rates:
-                    out["lr"][str(rate)] = quality.finetune("sst2", name, first, rate)["metrics"]["eval_accuracy"]
-            if "finetune" in args.suites:
-                rate = quality.best_rate(name)
-                for task in args.tasks:
-                    for seed in args.seeds:
-                        out["finetune"][task].append(quality.finetune(task, name, seed, rate))
-            if "recipe" in args.suites and name != "bert":
-                rate = quality.best_rate(name)
-                for probe, changes in RECIPE_PROBES.items():
-                    out["recipe"][probe] = {}
-                    for task in ("sst2", "mnli"):
-                        record = quality.finetune(task, name, first, rate, **changes)
-                        out["recipe"][probe][task] = record["metrics"]["eval_accuracy"]
-        except MissingRun as missing:
-            print(f"  {name}: report stops before {missing} (--report_only)", file=sys.stderr)
+        for seed in args.seeds:
+            if record := available(quality.pretrain, name, seed):
+                out["pretrain"].append(record)
+        if {"lr", "finetune", "recipe"} & set(args.suites):
+            for rate in args.finetune_learning_rates:
+                if record := available(quality.finetune, "sst2", name, first, rate):
+                    out["lr"][str(rate)] = record["metrics"]["eval_accuracy"]
+        rate = available(quality.best_rate, name) if {"finetune", "recipe"} & set(args.suites) else None
+        if rate is None:
+            return out
+        if "finetune" in args.suites:
+            for task in args.tasks:
+                for seed in args.seeds:
+                    if record := available(quality.finetune, task, name, seed, rate):
+                        out["finetune"][task].append(record)
+        if "recipe" in args.suites and name != "bert":
+            for probe, changes in RECIPE_PROBES.items():
+                for task in ("sst2", "mnli"):
+                    if record := available(quality.finetune, task, name, first, rate, **changes):
+                        out["recipe"].setdefault(probe, {})[task] = record["metrics"]["eval_accuracy"]
         return out
 
     with ThreadPoolExecutor(len(models)) as pool:
@@ -561,33 +572,28 @@ def collect(quality: Quality) -> dict:
         results["pretrain_lr"] = {}
         for name in models:
             for rate in args.pretrain_learning_rates:
-                try:
-                    run = quality.pretrain(name, args.seeds[0], learning_rate=rate)
-                except MissingRun as missing:
-                    print(f"  pretrain_lr: report leaves out {missing} (--report_only)", file=sys.stderr)
-                    continue
-                results["pretrain_lr"].setdefault(name, {})[str(rate)] = run["perplexity"]
+                if run := available(quality.pretrain, name, args.seeds[0], learning_rate=rate):
+                    results["pretrain_lr"].setdefault(name, {})[str(rate)] = run["perplexity"]
     if "bf16" in args.suites and "gmlp" in args.models:
         # gMLP pretrained in bf16 autocast (the Trainer's --bf16) beside the same run in fp32, first seed.
-        try:
-            runs = {
-                "fp32": quality.pretrain("gmlp", args.seeds[0]),
-                "bf16": quality.pretrain("gmlp", args.seeds[0], bf16=True),
-            }
+        runs = {
+            "fp32": available(quality.pretrain, "gmlp", args.seeds[0]),
+            "bf16": available(quality.pretrain, "gmlp", args.seeds[0], bf16=True),
+        }
+        if all(runs.values()):
             keys = ("perplexity", "accuracy", "curve", "train_loss_curve")
             results["bf16"] = {precision: {key: run[key] for key in keys} for precision, run in runs.items()}
-        except MissingRun as missing:
-            print(f"  bf16: report stops before {missing} (--report_only)", file=sys.stderr)
     if "sgu" in args.suites:
         results["sgu"] = {}
         for variant in SGU_VARIANTS:
             config = GMLPConfig(**GMLP_TINY, sgu_variant=variant)
-            runs = [quality.pretrain(f"sgu-{variant}", seed, config) for seed in args.seeds]
-            results["sgu"][variant] = {
-                "parameters": parameters(GMLPForMaskedLM(config)),
-                "perplexities": [r["perplexity"] for r in runs],
-                "curves": [r["curve"] for r in runs],
-            }
+            runs = [available(quality.pretrain, f"sgu-{variant}", seed, config) for seed in args.seeds]
+            if runs := [run for run in runs if run]:
+                results["sgu"][variant] = {
+                    "parameters": parameters(GMLPForMaskedLM(config)),
+                    "perplexities": [r["perplexity"] for r in runs],
+                    "curves": [r["curve"] for r in runs],
+                }
     return results
 
 
