@@ -639,15 +639,15 @@ def markdown(results: dict) -> str:
         lines += [
             "### Fine-tuning (each model at its best SST-2 learning rate; each seed's checkpoint with that seed)",
             "",
-            "| task | model | lr | held-out metrics (%) |",
-            "|---|---|---|---|",
+            "| task | model | lr | held-out metrics (%) | first metric, seed by seed |",
+            "|---|---|---|---|---|",
         ]
         for task, rows in results["finetune"].items():
+            scale = 1 if task == "squad" else 100
             for name, row in rows.items():
-                shown = ", ".join(
-                    f"{label} {mean_std(row[label], 1 if task == 'squad' else 100)}" for label, _ in TASK_METRICS[task]
-                )
-                lines.append(f"| {TASK_NAMES[task]} | {name} | {row['learning_rate']:g} | {shown} |")
+                shown = ", ".join(f"{label} {mean_std(row[label], scale)}" for label, _ in TASK_METRICS[task])
+                per_seed = " / ".join(f"{scale * value:.1f}" for value in row[TASK_METRICS[task][0][0]])
+                lines.append(f"| {TASK_NAMES[task]} | {name} | {row['learning_rate']:g} | {shown} | {per_seed} |")
         lines.append("")
     if results.get("recipe"):
         lines += [
