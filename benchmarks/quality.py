@@ -176,6 +176,15 @@ def settings_key(settings) -> str:
     return hashlib.sha1(json.dumps(settings, default=str, sort_keys=True).encode()).hexdigest()[:10]
 
 
+def finished_output(output: Path, max_steps: int) -> bool:
+    """Whether `output` holds a pretraining run that reached `max_steps` and saved its weights and metrics (a run
+    whose benchmark process stopped before writing its record is taken as it is, not run again)."""
+    files = [output / name for name in ("eval_results.json", "trainer_state.json", "model.safetensors")]
+    if not all(path.exists() for path in files):
+        return False
+    return json.loads(files[1].read_text()).get("global_step") == max_steps
+
+
 def read_record(runs_dir: Path, name: str) -> dict | None:
     path = runs_dir / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
@@ -275,62 +284,8 @@ class Quality:
             record = read_record(self.runs_dir, run_name)
             if record and (not need_checkpoint or (output / "model.safetensors").exists()):
                 return record
-            config_dir = self.args.work_dir / "configs" / run_name
-            config.save_pretrained(config_dir)
-            wikitext = self.args.data / "wikitext-2"
-            steps = self.args.max_steps
-            self.run(
-                [
-                    sys.executable,
-                    "run_mlm.py",
-                    "--config_name",
-                    str(config_dir),
-                    "--tokenizer_name",
-                    str(self.data / "tokenizer"),
-                    "--train_file",
-                    str(wikitext / "test.txt"),
-                    "--validation_file",
-                    str(wikitext / "valid.txt"),
-                    "--max_seq_length",
-                    "128",
-                    "--do_train",
-                    "--do_eval",
-                    "--output_dir",
-                    str(output),
-                    "--max_steps",
-                    str(steps),
-                    "--per_device_train_batch_size",
-                    str(self.args.batch_size),
-                    "--per_device_eval_batch_size",
-                    "64",
-                    "--learning_rate",
-                    str(settings["learning_rate"]),
-                    "--warmup_steps",
-                    str(steps // 10),
-                    "--weight_decay",
-                    "0.01",
-                    "--eval_strategy",
-                    "steps",
-                    "--eval_steps",
-                    str(max(1, steps // 10)),
-                    "--max_eval_samples",
-                    str(self.args.max_eval_samples),
-                    "--eval_mask_seed",
-                    "0",
-                    "--logging_steps",
-                    str(max(1, steps // 40)),
-                    "--save_strategy",
-                    "no",
-                    "--report_to",
-                    "none",
-                    "--seed",
-                    str(seed),
-                    "--data_seed",
-                    "0",
-                    *(["--bf16"] if bf16 else []),
-                ],
-                run_name,
-            )
+            if not finished_output(output, self.args.max_steps):
+                self.run_pretraining(run_name, output, config, settings, seed, bf16)
             metrics = json.loads((output / "eval_results.json").read_text())
             history = json.loads((output / "trainer_state.json").read_text())["log_history"]
             return write_record(
@@ -348,6 +303,65 @@ class Quality:
                     "train_loss_curve": [(e["step"], e["loss"]) for e in history if "loss" in e],
                 },
             )
+
+    def run_pretraining(self, run_name: str, output: Path, config, settings: dict, seed: int, bf16: bool) -> None:
+        """run_mlm.py with the benchmark's pretraining settings, into `output`."""
+        config_dir = self.args.work_dir / "configs" / run_name
+        config.save_pretrained(config_dir)
+        wikitext = self.args.data / "wikitext-2"
+        steps = self.args.max_steps
+        self.run(
+            [
+                sys.executable,
+                "run_mlm.py",
+                "--config_name",
+                str(config_dir),
+                "--tokenizer_name",
+                str(self.data / "tokenizer"),
+                "--train_file",
+                str(wikitext / "test.txt"),
+                "--validation_file",
+                str(wikitext / "valid.txt"),
+                "--max_seq_length",
+                "128",
+                "--do_train",
+                "--do_eval",
+                "--output_dir",
+                str(output),
+                "--max_steps",
+                str(steps),
+                "--per_device_train_batch_size",
+                str(self.args.batch_size),
+                "--per_device_eval_batch_size",
+                "64",
+                "--learning_rate",
+                str(settings["learning_rate"]),
+                "--warmup_steps",
+                str(steps // 10),
+                "--weight_decay",
+                "0.01",
+                "--eval_strategy",
+                "steps",
+                "--eval_steps",
+                str(max(1, steps // 10)),
+                "--max_eval_samples",
+                str(self.args.max_eval_samples),
+                "--eval_mask_seed",
+                "0",
+                "--logging_steps",
+                str(max(1, steps // 40)),
+                "--save_strategy",
+                "no",
+                "--report_to",
+                "none",
+                "--seed",
+                str(seed),
+                "--data_seed",
+                "0",
+                *(["--bf16"] if bf16 else []),
+            ],
+            run_name,
+        )
 
     # ---- fine-tuning ------------------------------------------------------------------------------------------
     def finetune(
@@ -505,27 +519,26 @@ def collect(quality: Quality) -> dict:
             return None
 
     def model_chain(name):
-        """One model's runs: every seed's pretraining, the lr sweep (first seed), then task by task every seed
-        (SST-2 first, so that a stopped run has the headline task for all seeds), then the recipe probes. With
-        --report_only a missing run is left out and the chain goes on with what its records allow."""
+        """One model's runs, seed by seed (so that a stopped run leaves whole seeds): pretraining, on the first seed
+        the lr sweep, then each task; then the recipe probes. With --report_only a missing run is left out and the
+        chain goes on with what its records allow."""
         out = {"pretrain": [], "lr": {}, "finetune": {t: [] for t in args.tasks}, "recipe": {}}
         first = args.seeds[0]
+        rate = None
         for seed in args.seeds:
             if record := available(quality.pretrain, name, seed):
                 out["pretrain"].append(record)
-        if {"lr", "finetune", "recipe"} & set(args.suites):
-            for rate in args.finetune_learning_rates:
-                if record := available(quality.finetune, "sst2", name, first, rate):
-                    out["lr"][str(rate)] = record["metrics"]["eval_accuracy"]
-        rate = available(quality.best_rate, name) if {"finetune", "recipe"} & set(args.suites) else None
-        if rate is None:
-            return out
-        if "finetune" in args.suites:
+            if seed == first and {"lr", "finetune", "recipe"} & set(args.suites):
+                for lr in args.finetune_learning_rates:
+                    if record := available(quality.finetune, "sst2", name, first, lr):
+                        out["lr"][str(lr)] = record["metrics"]["eval_accuracy"]
+                rate = available(quality.best_rate, name)
+            if rate is None or "finetune" not in args.suites:
+                continue
             for task in args.tasks:
-                for seed in args.seeds:
-                    if record := available(quality.finetune, task, name, seed, rate):
-                        out["finetune"][task].append(record)
-        if "recipe" in args.suites and name != "bert":
+                if record := available(quality.finetune, task, name, seed, rate):
+                    out["finetune"][task].append(record)
+        if rate is not None and "recipe" in args.suites and name != "bert":
             for probe, changes in RECIPE_PROBES.items():
                 for task in ("sst2", "mnli"):
                     if record := available(quality.finetune, task, name, first, rate, **changes):
