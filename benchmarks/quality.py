@@ -466,15 +466,6 @@ class Quality:
             },
         )
 
-    def best_rate(self, name: str) -> float:
-        """The model's fine-tuning learning rate: the best SST-2 dev accuracy of the lr suite (first seed)."""
-        seed = self.args.seeds[0]
-        by_rate = {
-            rate: self.finetune("sst2", name, seed, rate)["metrics"]["eval_accuracy"]
-            for rate in self.args.finetune_learning_rates
-        }
-        return max(by_rate, key=by_rate.get)
-
 
 def mean_std(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
     values = [v * scale for v in values]
@@ -529,10 +520,14 @@ def collect(quality: Quality) -> dict:
             if record := available(quality.pretrain, name, seed):
                 out["pretrain"].append(record)
             if seed == first and {"lr", "finetune", "recipe"} & set(args.suites):
+                sweep = {}
                 for lr in args.finetune_learning_rates:
                     if record := available(quality.finetune, "sst2", name, first, lr):
-                        out["lr"][str(lr)] = record["metrics"]["eval_accuracy"]
-                rate = available(quality.best_rate, name)
+                        sweep[lr] = record["metrics"]["eval_accuracy"]
+                out["lr"] = {str(lr): accuracy for lr, accuracy in sweep.items()}
+                # Every task fine-tunes at the model's best SST-2 rate, once the whole sweep is in.
+                if len(sweep) == len(args.finetune_learning_rates):
+                    rate = max(sweep, key=sweep.get)
             if rate is None or "finetune" not in args.suites:
                 continue
             for task in args.tasks:
