@@ -9,8 +9,10 @@ be invisible: every test would pass at initialisation even with left padding han
 import pytest
 import torch
 from transformers import DynamicCache, StaticCache
+from transformers.cache_utils import DynamicLayer
 
 from gmlp import GMLPForCausalLM
+from gmlp.modeling_gmlp import GMLPCache, GMLPCacheLayer
 
 VARIANTS = {
     "gmlp toeplitz": {},
@@ -148,6 +150,58 @@ def test_a_static_cache_holds_the_same_gates_in_place(model):
     assert gate.shape == (2, 1, model.config.max_position_embeddings, model.config.gate_size)
     torch.testing.assert_close(gate[:, :, :5], dynamic.layers[0].keys)
     assert gate[:, :, 6:].abs().max() == 0
+
+
+def test_the_cache_layer_appends_in_place_and_equals_concatenation():
+    """GMLPCacheLayer holds what DynamicLayer's concatenation holds, step after step, writing each new token into spare
+    room (the keys' storage does not move between steps), never beyond n tokens; cropping keeps the storage and
+    the next tokens overwrite the cropped ones; beam reordering and batch repetition move to new storage."""
+    torch.manual_seed(0)
+    ours, reference = GMLPCacheLayer(max_length=12), DynamicLayer()
+    chunks = [torch.randn(2, 1, length, 3) for length in (5, 1, 1, 1)]
+    storage = []
+    for chunk in chunks:
+        keys, values = ours.update(chunk, chunk[..., :0])
+        expected_keys, expected_values = reference.update(chunk, chunk[..., :0])
+        assert torch.equal(keys, expected_keys) and values.shape == expected_values.shape == (2, 1, keys.shape[2], 0)
+        storage.append(keys.data_ptr())
+    assert ours.get_seq_length() == 8 and storage[1:] == [storage[0]] * 3  # 5 tokens -> room for 10: no copy
+    assert ours.key_buffer.shape == (2, 1, 10, 3)
+    ours.update(torch.randn(2, 1, 3, 3), torch.empty(2, 1, 3, 0))  # 11 tokens: a new buffer, capped at n = 12
+    assert ours.key_buffer.shape == (2, 1, 12, 3) and ours.keys.data_ptr() != storage[0]
+    kept = ours.keys[:, :, :9].clone()
+    ours.crop(-2)
+    replacement = torch.randn(2, 1, 1, 3)
+    keys, _ = ours.update(replacement, replacement[..., :0])
+    assert torch.equal(keys, torch.cat([kept, replacement], 2)) and keys.data_ptr() == ours.key_buffer.data_ptr()
+    ours.reorder_cache(torch.tensor([1, 1]))
+    new = torch.randn(2, 1, 1, 3)
+    keys, _ = ours.update(new, new[..., :0])
+    assert torch.equal(keys, torch.cat([torch.cat([kept, replacement], 2)[[1, 1]], new], 2))
+    ours.batch_repeat_interleave(2)
+    assert ours.update(torch.zeros(4, 1, 1, 3), torch.empty(4, 1, 1, 0))[0].shape == (4, 1, 12, 3)
+    ours.reset()
+    assert ours.get_seq_length() == 0 and ours.key_buffer is None
+
+
+def test_generate_decodes_with_the_in_place_cache_and_a_plain_dynamic_cache_agrees(model):
+    """generate() starts a GMLPCache by default (also for `cache_implementation="dynamic"`); a DynamicCache of
+    Transformers' own layers passed in is used as it is, and both give the tokens of the full recompute."""
+
+    def run(**kwargs):
+        return model.generate(BATCH, attention_mask=MASK, max_new_tokens=6, do_sample=False, **kwargs)
+
+    default = run(return_dict_in_generate=True)
+    assert type(default.cache) is GMLPCache and default.cache.get_seq_length() == 10
+    assert all(type(layer) is GMLPCacheLayer for layer in default.cache.layers)
+    named = run(cache_implementation="dynamic", return_dict_in_generate=True)
+    assert type(named.cache) is GMLPCache
+    plain = DynamicCache(config=model.config)
+    given = run(cache=plain, return_dict_in_generate=True)
+    assert given.cache is plain and type(plain.layers[0]) is DynamicLayer
+    recomputed = run(use_cache=False)
+    for output in (default, named, given):
+        assert torch.equal(output.sequences, recomputed)
 
 
 def test_static_cache_without_an_attention_mask(model):
