@@ -331,7 +331,7 @@ class GMLPCacheLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        in_buffers = self.key_buffer is not None and self.keys is self.buffered[0] and self.values is self.buffered[1]
+        in_buffers = self._holds_buffers()
         length = self.keys.shape[-2] if self.keys.dim() == key_states.dim() else 0  # a new layer stores an empty 1-D
         total = length + key_states.shape[-2]
         if not in_buffers or total > self.key_buffer.shape[-2]:
@@ -352,8 +352,13 @@ class GMLPCacheLayer(DynamicLayer):
             buffer[..., :length, :] = stored
         return buffer
 
+    def _holds_buffers(self) -> bool:
+        """Whether the keys and values are still the leading tokens of the buffers (not replaced by beam reordering,
+        batch selection or repetition)."""
+        return self.key_buffer is not None and self.keys is self.buffered[0] and self.values is self.buffered[1]
+
     def crop(self, tokens_to_remove: int) -> None:
-        in_buffers = self.keys is self.buffered[0] and self.values is self.buffered[1]
+        in_buffers = self._holds_buffers()
         super().crop(tokens_to_remove)
         if in_buffers:  # still the leading tokens of the buffers
             self.buffered = (self.keys, self.values)
