@@ -528,6 +528,7 @@ def run_generation(args) -> dict:
             "GPT2LMHeadModel (KV cache)": generate(gpt2, True),
             "GPT2LMHeadModel (static cache)": generate(gpt2, True, cache_implementation="static"),
             "gmlp matmul floor": matmul_floor(gmlp, batch_size),
+            "gmlp weights read": weights_read(gmlp),
         }
         for model in (gmlp, gpt2):  # one short warm-up each: the uncached run is too long to warm up whole
             for cache in ({}, {"cache_implementation": "static"}):
@@ -540,14 +541,15 @@ def run_generation(args) -> dict:
             "cached_vs_gpt2": paired_ratio(times, "gmlp cached", "GPT2LMHeadModel (KV cache)"),
             "static_vs_uncached": paired_ratio(times, "gmlp static cache", "gmlp uncached"),
             "static_vs_gpt2_static": paired_ratio(times, "gmlp static cache", "GPT2LMHeadModel (static cache)"),
+            "cached_step_profile": decoding_profile(gmlp, prompt, mask, fixed),
         }
     return result
 
 
 def matmul_floor(model: GMLPForCausalLM, batch_size: int):
     """The decoding floor: one new token per row through every matrix of the model (the blocks' channel projections,
-    the LM head's dense layer and vocabulary projection), NEW_TOKENS times, and nothing else. At small batches these
-    matrix-vector products stream all the weights from memory once per token, for gMLP and GPT-2 alike."""
+    the LM head's dense layer and vocabulary projection), NEW_TOKENS times, and nothing else: what nn.Linear's kernels
+    make of the products a cached step cannot avoid (compare weights_read, the memory traffic alone)."""
     block_inputs = [
         (layer.channel_proj_in, layer.channel_proj_out, torch.randn(batch_size, layer.channel_proj_out.in_features))
         for layer in model.gmlp.encoder.layer
@@ -563,6 +565,39 @@ def matmul_floor(model: GMLPForCausalLM, batch_size: int):
                 model.lm_head.decoder(model.lm_head.dense(hidden))
 
     return run
+
+
+def weights_read(model: GMLPForCausalLM):
+    """Every weight of the model read once per new token (a sum over each parameter), NEW_TOKENS times: the memory
+    traffic of a cached step at batch 1, the floor that the machine's memory bandwidth sets."""
+    weights = list({id(p): p.detach() for p in model.parameters()}.values())
+
+    def run():
+        for _ in range(NEW_TOKENS):
+            for weight in weights:
+                weight.sum()
+
+    return run
+
+
+def decoding_profile(model: GMLPForCausalLM, prompt: torch.Tensor, mask: torch.Tensor, fixed: dict) -> dict:
+    """Where a cached decoding step goes: torch.profiler's self CPU time of one generate() call, per new token, by
+    operator (the channel projections and the LM head are `addmm`, the gate cache's weighted sums `bmm`)."""
+    from torch.profiler import profile
+
+    with profile() as profiler:
+        model.generate(prompt, attention_mask=mask, use_cache=True, **fixed)
+    per_step = {
+        event.key: event.self_cpu_time_total / 1e3 / NEW_TOKENS
+        for event in profiler.key_averages()
+        if event.self_cpu_time_total
+    }
+    total = sum(per_step.values())
+    return {
+        "self_cpu_ms_per_step": total,
+        "projections_ms_per_step": per_step.get("aten::addmm", 0.0),
+        "top_operators_ms_per_step": dict(sorted(per_step.items(), key=lambda item: -item[1])[:8]),
+    }
 
 
 def spatial_projection_cases(length: int):
@@ -893,9 +928,10 @@ def markdown(results: dict) -> str:
             "",
             (
                 "| batch | gMLP cached (dynamic / static) | gMLP uncached | GPT-2 KV cache (dynamic / static) | "
-                "gMLP matmuls alone | cached vs uncached (dynamic / static) | cached vs GPT-2 (dynamic / static) |"
+                "gMLP matmuls alone | gMLP weights read alone | cached vs uncached (dynamic / static) | "
+                "cached vs GPT-2 (dynamic / static) |"
             ),
-            "|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for batch_size, row in g["batches"].items():
             tps = row["tokens_per_second"]
@@ -903,10 +939,25 @@ def markdown(results: dict) -> str:
                 f"| {batch_size} | {tps['gmlp cached']:.0f} / {tps['gmlp static cache']:.0f} | "
                 f"{tps['gmlp uncached']:.0f} | {tps['GPT2LMHeadModel (KV cache)']:.0f} / "
                 f"{tps['GPT2LMHeadModel (static cache)']:.0f} | {tps['gmlp matmul floor']:.0f} | "
+                f"{tps['gmlp weights read']:.0f} | "
                 f"{row['cached_vs_uncached']:.1f}x / {row['static_vs_uncached']:.1f}x | "
                 f"{row['cached_vs_gpt2']:.2f}x / {row['static_vs_gpt2_static']:.2f}x |"
             )
         lines.append("")
+        for batch_size, row in g["batches"].items():
+            step = row["cached_step_profile"]
+            others = ", ".join(
+                f"{op.removeprefix('aten::')} {ms:.2f}"
+                for op, ms in step["top_operators_ms_per_step"].items()
+                if op != "aten::addmm"
+            )
+            lines.append(
+                f"Cached step at batch {batch_size} (torch.profiler, self CPU ms per new token): "
+                f"{step['self_cpu_ms_per_step']:.1f} in all, the matrix products (addmm) "
+                f"{step['projections_ms_per_step']:.1f} ({100 * step['projections_ms_per_step'] / step['self_cpu_ms_per_step']:.0f}%); "
+                f"then {others}."
+            )
+            lines.append("")
     if "precision" in results:
         lines += precision_markdown(results["precision"])
     if "profile" in results:
