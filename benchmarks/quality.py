@@ -3,17 +3,18 @@
 gMLP, aMLP and BERT (`transformers`' BertForMaskedLM) at equal parameter count (2.3M), same tokenizer, data, steps and
 schedule, pretrained with masked language modelling by run_mlm.py, then fine-tuned by run_glue.py / run_squad.py:
 
-    python benchmarks/quality.py                       # the default suites, seeds 0 1 2 (about 7 hours on 2 cores)
+    python benchmarks/quality.py                       # the default suites, seeds 0 1 2 (about 9 hours on 2 cores)
     python benchmarks/quality.py --suites pretrain     # pretraining only: deterministic validation perplexity, curves
     python benchmarks/quality.py --suites lr           # SST-2 fine-tuning at each --finetune_learning_rates (seed 0)
     python benchmarks/quality.py --suites finetune     # SST-2, MNLI-m (dev split), SQuAD v1.1 (dev split), each
-                                                       #   model at its best SST-2 rate, every seed
+                                                       #   model at its best SST-2 rate, every seed (and
+                                                       #   gMLP's / aMLP's MNLI with mean pooling)
     python benchmarks/quality.py --suites recipe       # gMLP/aMLP fine-tuning probes (mean pooling, ...), seed 0
     python benchmarks/quality.py --suites sgu          # the SGU variants of Table 3 at equal steps
     python benchmarks/quality.py --suites bf16 --models gmlp --seeds 0
                                                        # gMLP pretrained in bf16 autocast beside fp32
     python benchmarks/quality.py --suites pretrain_lr --seeds 0
-                                                       # each model pretrained at 3e-4, 1e-3 and 3e-3
+                                                       # each model pretrained at 3e-4, 1e-3 and 3e-3 (seed 0)
     python benchmarks/quality.py --seeds 0 --jobs 2    # one seed; two runs at a time (one thread each)
 
 Data (`../shared/data`, never copied into the repository):
@@ -81,11 +82,15 @@ SQUAD_HELD_OUT_ARTICLES = 10
 # (`overrides`: run_glue.py --config_overrides; the classifier is the only weight not loaded from the checkpoint, so
 # `initializer_range` sets its initialisation alone).
 RECIPE_PROBES = {
+    "none: the recipe (first token, dropout 0.1, init std 0.02, warm-up 10%)": {},
     "mean pooling": {"overrides": "classifier_pooling=mean"},
     "no dropout": {"overrides": "hidden_dropout_prob=0.0"},
     "classifier init std 0.002 (default 0.02)": {"overrides": "initializer_range=0.002"},
     "warm-up 30% of steps (default 10%)": {"warmup_ratio": 0.3},
+    "learning rate 3e-4 (instead of the best SST-2 rate)": {"learning_rate": 3e-4},
 }
+# The probe that took gMLP off MNLI's majority class (seed 0), run for gMLP and aMLP at every seed in the finetune suite.
+POOLED = {"task": "mnli", "probe": "mean pooling"}
 
 
 def parameters(model) -> int:
@@ -513,7 +518,7 @@ def collect(quality: Quality) -> dict:
         """One model's runs, seed by seed (so that a stopped run leaves whole seeds): pretraining, on the first seed
         the lr sweep, then each task; then the recipe probes. With --report_only a missing run is left out and the
         chain goes on with what its records allow."""
-        out = {"pretrain": [], "lr": {}, "finetune": {t: [] for t in args.tasks}, "recipe": {}}
+        out = {"pretrain": [], "lr": {}, "finetune": {t: [] for t in args.tasks}, "pooled": [], "recipe": {}}
         first = args.seeds[0]
         rate = None
         for seed in args.seeds:
@@ -533,10 +538,14 @@ def collect(quality: Quality) -> dict:
             for task in args.tasks:
                 if record := available(quality.finetune, task, name, seed, rate):
                     out["finetune"][task].append(record)
+            if name != "bert" and POOLED["task"] in args.tasks:
+                probe = RECIPE_PROBES[POOLED["probe"]]
+                if record := available(quality.finetune, POOLED["task"], name, seed, rate, **probe):
+                    out["pooled"].append(record)
         if rate is not None and "recipe" in args.suites and name != "bert":
             for probe, changes in RECIPE_PROBES.items():
                 for task in ("sst2", "mnli"):
-                    if record := available(quality.finetune, task, name, first, rate, **changes):
+                    if record := available(quality.finetune, task, name, first, **{"learning_rate": rate, **changes}):
                         out["recipe"].setdefault(probe, {})[task] = record["metrics"]["eval_accuracy"]
         return out
 
@@ -558,21 +567,27 @@ def collect(quality: Quality) -> dict:
     if any(chain["lr"] for chain in chains.values()):
         results["lr"] = {name: chain["lr"] for name, chain in chains.items() if chain["lr"]}
     if "finetune" in args.suites:
+
+        def summary(task, records):
+            return {
+                "learning_rate": records[0]["settings"]["learning_rate"],
+                **{label: [r["metrics"][key] for r in records] for label, key in TASK_METRICS[task]},
+                "final_train_loss": [r["final_train_loss"] for r in records],
+                "seeds": [r["seed"] for r in records],
+            }
+
         results["finetune"] = {
             task: {
-                name: {
-                    "learning_rate": chain["finetune"][task][0]["settings"]["learning_rate"],
-                    **{
-                        label: [r["metrics"][key] for r in chain["finetune"][task]]
-                        for label, key in TASK_METRICS[task]
-                    },
-                    "final_train_loss": [r["final_train_loss"] for r in chain["finetune"][task]],
-                }
+                name: summary(task, chain["finetune"][task])
                 for name, chain in chains.items()
                 if chain["finetune"][task]
             }
             for task in args.tasks
         }
+        for name, chain in chains.items():
+            if chain["pooled"]:
+                row = f"{name}, {POOLED['probe']}"
+                results["finetune"][POOLED["task"]][row] = summary(POOLED["task"], chain["pooled"])
     if "recipe" in args.suites:
         results["recipe"] = {name: chain["recipe"] for name, chain in chains.items() if chain["recipe"]}
     if "pretrain_lr" in args.suites:
@@ -655,6 +670,9 @@ def markdown(results: dict) -> str:
             for name, row in rows.items():
                 shown = ", ".join(f"{label} {mean_std(row[label], scale)}" for label, _ in TASK_METRICS[task])
                 per_seed = " / ".join(f"{scale * value:.1f}" for value in row[TASK_METRICS[task][0][0]])
+                if row["seeds"] != s["seeds"]:
+                    label = "seeds" if len(row["seeds"]) > 1 else "seed"
+                    per_seed = f"{label} {', '.join(map(str, row['seeds']))}: {per_seed}"
                 lines.append(f"| {TASK_NAMES[task]} | {name} | {row['learning_rate']:g} | {shown} | {per_seed} |")
         lines.append("")
     if results.get("recipe"):
@@ -755,7 +773,7 @@ def parse_args(argv=None):
     parser.add_argument(
         "--suites",
         nargs="+",
-        default=["pretrain", "lr", "finetune", "recipe", "bf16"],
+        default=["pretrain", "lr", "finetune", "recipe", "bf16", "pretrain_lr"],
         choices=["pretrain", "lr", "finetune", "recipe", "sgu", "bf16", "pretrain_lr"],
     )
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
