@@ -3,7 +3,7 @@
 gMLP, aMLP and BERT (`transformers`' BertForMaskedLM) at equal parameter count (2.3M), same tokenizer, data, steps and
 schedule, pretrained with masked language modelling by run_mlm.py, then fine-tuned by run_glue.py / run_squad.py:
 
-    python benchmarks/quality.py                       # the default suites, seeds 0 1 2 (about 9 hours on 2 cores)
+    python benchmarks/quality.py                       # the default suites, seeds 0 1 2 (about 9.5 hours on 2 cores)
     python benchmarks/quality.py --suites pretrain     # pretraining only: deterministic validation perplexity, curves
     python benchmarks/quality.py --suites lr           # SST-2 fine-tuning at each --finetune_learning_rates (seed 0)
     python benchmarks/quality.py --suites finetune     # SST-2, MNLI-m (dev split), SQuAD v1.1 (dev split), each
