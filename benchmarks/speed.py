@@ -421,6 +421,16 @@ PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
 MATMUL_OPERATORS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_dot_product_flash_attention_for_cpu")
 
 
+def self_cpu_ms_by_operator(profiler, steps: int = 1) -> dict:
+    """torch.profiler's self CPU time by operator, in ms (per step, over `steps` profiled steps), largest first."""
+    by_operator = {
+        event.key: event.self_cpu_time_total / 1e3 / steps
+        for event in profiler.key_averages()
+        if event.self_cpu_time_total
+    }
+    return dict(sorted(by_operator.items(), key=lambda item: -item[1]))
+
+
 def run_profile(args) -> dict:
     """Where a step's time goes: torch.profiler's self CPU time by operator over three steps of gMLP's MLM training
     step (sparse_prediction) and encoder inference, fp32, eager and compiled (after warming up). The matmul share
@@ -450,15 +460,11 @@ def run_profile(args) -> dict:
             with profile() as profiler:
                 for _ in range(3):
                     step()
-        by_operator = {
-            event.key: event.self_cpu_time_total / 1e3
-            for event in profiler.key_averages()
-            if event.self_cpu_time_total
-        }
+        by_operator = self_cpu_ms_by_operator(profiler)
         total = sum(by_operator.values())
         matmul = sum(by_operator.get(op, 0.0) for op in MATMUL_OPERATORS)
         fused = sum(ms for op, ms in by_operator.items() if "CompiledFxGraph" in op)
-        top = dict(sorted(by_operator.items(), key=lambda item: -item[1])[:12])
+        top = dict(list(by_operator.items())[:12])
         results[name] = {
             "self_cpu_ms_total": total,
             "matmul_share": matmul / total,
@@ -587,16 +593,11 @@ def decoding_profile(model: GMLPForCausalLM, prompt: torch.Tensor, mask: torch.T
 
     with profile() as profiler:
         model.generate(prompt, attention_mask=mask, use_cache=True, **fixed)
-    per_step = {
-        event.key: event.self_cpu_time_total / 1e3 / NEW_TOKENS
-        for event in profiler.key_averages()
-        if event.self_cpu_time_total
-    }
-    total = sum(per_step.values())
+    per_step = self_cpu_ms_by_operator(profiler, steps=NEW_TOKENS)
     return {
-        "self_cpu_ms_per_step": total,
+        "self_cpu_ms_per_step": sum(per_step.values()),
         "projections_ms_per_step": per_step.get("aten::addmm", 0.0),
-        "top_operators_ms_per_step": dict(sorted(per_step.items(), key=lambda item: -item[1])[:8]),
+        "top_operators_ms_per_step": dict(list(per_step.items())[:8]),
     }
 
 
