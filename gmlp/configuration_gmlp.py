@@ -6,6 +6,8 @@ from transformers.configuration_utils import PreTrainedConfig
 SGU_VARIANTS = ("multiplicative_split", "multiplicative", "additive", "linear")
 SPATIAL_WEIGHT_TYPES = ("toeplitz", "dense")
 CLASSIFIER_POOLINGS = ("first", "mean")
+# The cache layer type of a gMLP block (`GMLPConfig.layer_types`; its classes are in modeling_gmlp.py).
+SPATIAL_GATING_LAYER_TYPE = "spatial_gating"
 
 # The paper's full BERT setup (Table 5: Toeplitz W, n = 512, a 32k vocabulary) and CPU-sized tiny models.
 # aMLP's tiny attention is a single head of size 64 in the base model and 128 in the large one: these are
@@ -70,6 +72,7 @@ class GMLPBlockConfig(PreTrainedConfig):
     num_sgu_heads: int = 1
     is_decoder: bool = False
     drop_path_rate: float | int = 0.0
+    recompute_gating: bool = True
 
     @property
     def gate_size(self) -> int:
@@ -77,6 +80,17 @@ class GMLPBlockConfig(PreTrainedConfig):
         if self.sgu_variant == "multiplicative_split":
             return self.intermediate_size // 2
         return self.intermediate_size
+
+    @property
+    def num_attention_heads(self) -> int:
+        """Heads of the tiny attention, the only attention in the model: 1 for aMLP (Figure 6's single head), 0 for
+        gMLP. Tools that size attention or caches from the config read it (with `head_dim`)."""
+        return 1 if self.tiny_attention_size else 0
+
+    @property
+    def head_dim(self) -> int:
+        """Size of the tiny attention's head: `tiny_attention_size` (0 for gMLP, which has no attention)."""
+        return self.tiny_attention_size
 
     def _validate_block(self, positive: tuple[str, ...] = ()):
         """The block's checks (and that the fields in `positive` are at least 1): called by each config's
@@ -146,8 +160,19 @@ class GMLPConfig(GMLPBlockConfig):
         num_sgu_heads: Number of groups of gate channels, each with its own spatial W.
         is_decoder: Causal mode: W is lower-triangular and the tiny attention causal (for `GMLPForCausalLM`).
         drop_path_rate: Probability of dropping a whole block per sample in training (stochastic depth).
+        recompute_gating: Memory-lean training: each block keeps only its input, its normalised input and the channel
+            expansion's output for the backward pass and recomputes the rest of the gating unit there (GELU, the
+            gate's LayerNorm, the spatial projection and aMLP's tiny attention). Gradients are the same either way.
         pad_token_id: Id of the padding token.
         tie_word_embeddings: Tie the language-model decoder to the input embeddings.
+
+    Read-only fields that tools read: `num_attention_heads` and `head_dim` describe the tiny attention, the model's
+    only attention (1 head of `tiny_attention_size` for aMLP; 0 heads of size 0 for gMLP, which has none), and so the
+    shape `(batch, num_attention_heads, tokens, head_dim)` of the keys and values in each block's layer of a cache.
+    Each such layer also holds the block's gates (see `GMLPLayer`); `layer_types` names that layer type
+    (`"spatial_gating"`) for Transformers' `DynamicCache` / `StaticCache`. The tiny attention runs through
+    Transformers' attention interface: choose it with `attn_implementation` ("sdpa", the default, "eager",
+    "flash_attention_2", "flex_attention") at `from_pretrained` / `from_config`.
 
     Example:
 
@@ -175,6 +200,15 @@ class GMLPConfig(GMLPBlockConfig):
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         self.auto_map = {**AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
+
+    @property
+    def layer_types(self) -> list[str]:
+        """The cache layer of each block: `"spatial_gating"`, registered with Transformers' caches by
+        `modeling_gmlp` (its `GMLPDynamicLayer` and `GMLPStaticLayer`)."""
+        return [SPATIAL_GATING_LAYER_TYPE] * self.num_hidden_layers
+
+    def validate_layer_type(self):
+        """Every block is a spatial gating block (Transformers' own check allows only its attention layer types)."""
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "GMLPConfig":
@@ -310,6 +344,7 @@ class GMLPVisionConfig(GMLPBlockConfig):
 __all__ = [
     "AUTO_MAP",
     "PRESETS",
+    "SPATIAL_GATING_LAYER_TYPE",
     "VISION_AUTO_MAP",
     "VISION_PRESETS",
     "GMLPBlockConfig",

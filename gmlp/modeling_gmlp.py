@@ -5,15 +5,15 @@ Imports only torch, transformers and `configuration_gmlp`, so that a saved check
 `trust_remote_code=True` where this package is not installed.
 """
 
-import math
-
 import torch
 from torch import nn
 from torch.nn import CrossEntropyLoss
+from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, StaticLayer
 from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
@@ -26,14 +26,14 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.modeling_utils import PreTrainedModel
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring, is_torchdynamo_compiling
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .configuration_gmlp import GMLPConfig, GMLPVisionConfig
+from .configuration_gmlp import SPATIAL_GATING_LAYER_TYPE, GMLPConfig, GMLPVisionConfig
 
 
 class GMLPEmbeddings(nn.Module):
@@ -59,22 +59,36 @@ class GMLPEmbeddings(nn.Module):
 
 
 class TokenPositions:
-    """Where the tokens of one forward pass sit: the position of each query (the new tokens) and of each key (the cached
-    tokens, then the new ones), shapes (batch, queries) and (batch, keys), and what every block derives from them,
-    computed once per forward rather than once per block: each query's offset from each key (the Toeplitz entry
-    W[i, j] = w[i - j]) and, in causal mode, which keys each query may see (not later positions)."""
+    """Where the tokens of one forward pass sit: the position of each query (the new tokens) and of each key (the
+    cached tokens, then the new ones), shapes (1 or batch, queries) and (1 or batch, keys); a first axis of 1 is shared
+    by the whole batch. `in_order` marks the common case, token i at position i for queries and keys alike, where the
+    spatial projection may use its FFT. With `precompute_offsets`, `offsets()` is computed here, once for all
+    blocks."""
 
-    def __init__(self, query: torch.Tensor, key: torch.Tensor, causal: bool):
-        self.query, self.key = query, key
-        self.offsets = query[:, :, None] - key[:, None, :]  # (batch, queries, keys)
-        self.visible = self.offsets >= 0 if causal else None
+    def __init__(self, query: torch.Tensor, key: torch.Tensor, in_order: bool = False, precompute_offsets=True):
+        self.query, self.key, self.in_order = query, key, in_order
+        self._offsets = None
+        if precompute_offsets:
+            self._offsets = self.offsets()
+
+    def offsets(self) -> torch.Tensor:
+        """Each query's offset from each key, (1 or batch, queries, keys): the Toeplitz entry W[i, j] = w[i - j]."""
+        return self.query[:, :, None] - self.key[:, None, :] if self._offsets is None else self._offsets
+
+    @classmethod
+    def sequential(cls, length: int, device: torch.device, precompute_offsets=True) -> "TokenPositions":
+        """Token i at position i, for one sequence of `length` tokens and no cache."""
+        positions = torch.arange(length, device=device)[None]
+        return cls(positions, positions, in_order=True, precompute_offsets=precompute_offsets)
 
 
 class GMLPSpatialProjection(nn.Module):
     """The spatial projection f(Z) = W Z + b of Eq. (2): mixes tokens, one (n x n) W per group of channels.
 
-    W is either dense or Toeplitz (W[i, j] = w[i - j + n - 1], 2n - 1 parameters). An input of length L <= n uses
-    the leading L x L block of W and the first L entries of b. In causal mode W is lower-triangular.
+    W is either dense or Toeplitz (W[i, j] = w[i - j + n - 1], 2n - 1 parameters). Each query row i mixes the keys j
+    with W[position of i, position of j] and adds b[position of i], so that an input of length L <= n uses the leading
+    L x L block of W and the first L entries of b, and cached decoding and left padding use the rows and columns of
+    their real positions. In causal mode W is lower-triangular.
     """
 
     def __init__(self, config: GMLPConfig):
@@ -91,110 +105,116 @@ class GMLPSpatialProjection(nn.Module):
         self.weight = nn.Parameter(torch.zeros(weight_shape))
         self.bias = nn.Parameter(torch.ones(self.num_heads, n))
 
-    def toeplitz_kernel(self, length: int) -> torch.Tensor:
-        """The 2L - 1 Toeplitz entries the leading L x L block uses: kernel[:, d + L - 1] is W[i, i - d]."""
-        n = self.max_length
-        kernel = self.weight[:, n - length : n + length - 1]
-        if self.is_causal:
-            kernel = torch.cat([kernel.new_zeros(self.num_heads, length - 1), kernel[:, length - 1 :]], dim=-1)
-        return kernel
+    def applied_weight(self) -> torch.Tensor:
+        """W as the model applies it: in causal mode no token sees a later one (W[i, j] = 0 for j > i: the Toeplitz
+        entries of negative offset, the upper triangle of a dense W). The model's one causal mask for W."""
+        if not self.is_causal:
+            return self.weight
+        if self.is_toeplitz:
+            later = torch.arange(2 * self.max_length - 1, device=self.weight.device) < self.max_length - 1
+            return self.weight.masked_fill(later, 0.0)
+        return self.weight.tril()
+
+    def weight_at(self, positions: TokenPositions) -> torch.Tensor:
+        """W[query positions, key positions] for every head: (1 or batch, heads, queries, keys)."""
+        weight = self.applied_weight()
+        if self.is_toeplitz:
+            weight = weight[:, positions.offsets() + self.max_length - 1]
+        else:
+            weight = weight[:, positions.query[:, :, None], positions.key[:, None, :]]
+        return weight.transpose(0, 1)
 
     def matrix(self, length: int) -> torch.Tensor:
-        """The leading (length x length) block of W for every head, shape (heads, length, length)."""
-        if self.is_toeplitz:
-            # W[i, j] = kernel[i - j + L - 1], gathered by an index computed on the fly rather than by `unfold`, whose
-            # window size would pin `length` to a constant under torch.compile (a recompile per generated token).
-            positions = torch.arange(length, device=self.weight.device)
-            return self.toeplitz_kernel(length)[:, positions[:, None] - positions[None, :] + length - 1]
-        weight = self.weight[:, :length, :length]
-        return weight.tril() if self.is_causal else weight
+        """The leading (length x length) block of W as applied, for every head: (heads, length, length)."""
+        return self.weight_at(TokenPositions.sequential(length, self.weight.device))[0]
 
     def forward(self, gate: torch.Tensor, positions: TokenPositions | None = None) -> torch.Tensor:
-        """gate: (batch, length, channels) -> (batch, length, channels), mixed along `length`.
-
-        `positions`, if given, holds the position of each output row (query) and of each input row (key), so that
-        left-padded rows and cached decoding use the rows and columns of W (and entries of b) of their real
-        positions. Without it, token i is at position i.
-        """
-        if positions is not None:
-            return self._positional_product(gate, positions)
-        length = gate.shape[1]
-        heads = gate.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # (batch, heads, length, channels/heads)
-        if self.is_toeplitz and length >= self.fft_min_length:
-            mixed = self._toeplitz_fft_product(heads)
-        else:
-            mixed = torch.matmul(self.matrix(length).to(heads.dtype), heads)
-        mixed = mixed + self.bias[:, :length, None].to(mixed.dtype)
-        return mixed.transpose(1, 2).flatten(2)
-
-    def _positional_product(self, gate: torch.Tensor, positions: TokenPositions) -> torch.Tensor:
-        """W[query positions, key positions] @ gate + b[query positions], per row of the batch."""
+        """gate: (batch, keys, channels) -> (batch, queries, channels), mixed along the tokens. Without `positions`,
+        token i is at position i."""
+        if positions is None:
+            positions = TokenPositions.sequential(gate.shape[1], gate.device)
         heads = gate.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # (batch, heads, keys, channels/heads)
-        if self.is_toeplitz:
-            weight = self.weight[:, positions.offsets + self.max_length - 1]  # (heads, batch, queries, keys)
+        if self.is_toeplitz and positions.in_order and gate.shape[1] >= self.fft_min_length:
+            mixed = self.fft_product(heads)
         else:
-            weight = self.weight[:, positions.query[:, :, None], positions.key[:, None, :]]
-        if positions.visible is not None:
-            weight = weight * positions.visible
-        mixed = torch.matmul(weight.transpose(0, 1).to(heads.dtype), heads)  # (batch, heads, queries, channels/heads)
-        mixed = mixed + self.bias[:, positions.query].transpose(0, 1)[..., None].to(mixed.dtype)
-        return mixed.transpose(1, 2).flatten(2)
+            mixed = torch.matmul(self.weight_at(positions).to(heads.dtype), heads)
+        bias = self.bias[:, positions.query].transpose(0, 1)[..., None]  # (1 or batch, heads, queries, 1)
+        return (mixed + bias.to(mixed.dtype)).transpose(1, 2).flatten(2)
 
-    def _toeplitz_fft_product(self, heads: torch.Tensor) -> torch.Tensor:
-        """W @ heads as a linear convolution with the Toeplitz kernel, by FFT in O(L log L)."""
-        length = heads.shape[2]
+    def fft_product(self, heads: torch.Tensor) -> torch.Tensor:
+        """The Toeplitz product W @ heads for tokens in order, as a linear convolution by FFT in O(L log L)."""
+        length, n = heads.shape[2], self.max_length
+        kernel = self.applied_weight()[:, n - length : n + length - 1]  # offsets -(L - 1) .. L - 1
         # Output i is entry i + L - 1 of the full convolution; a transform of size 2L keeps entries L-1..2L-2
         # free of wrap-around. The transforms run along the last (contiguous) axis: ~1.7x faster than along L.
         size = 2 * length
-        kernel = torch.fft.rfft(self.toeplitz_kernel(length).float(), n=size)
+        kernel = torch.fft.rfft(kernel.float(), n=size)
         signal = torch.fft.rfft(heads.float().transpose(-1, -2), n=size)
         product = torch.fft.irfft(signal * kernel[:, None, :], n=size)
         return product[..., length - 1 : 2 * length - 1].transpose(-1, -2).to(heads.dtype)
 
 
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Unpack[TransformersKwargs],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention written out: the softmax of the scaled scores plus the additive mask, applied to the values. The
+    reference the fused kernels are held to, and the implementation that returns the attention weights."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    attended = torch.matmul(nn.functional.dropout(weights, p=dropout, training=module.training), value)
+    return attended.transpose(1, 2).contiguous(), weights
+
+
 class GMLPTinyAttention(nn.Module):
-    """aMLP's tiny attention (Figure 6): one head of size `tiny_attention_size` on the normalised block input,
-    projected to the gate's width and added to the spatial projection's output."""
+    """aMLP's tiny attention (Figure 6): one head of size `tiny_attention_size` on the block's normalised input,
+    projected to the gate's width and added to the spatial projection's output. It runs through Transformers'
+    attention interface (`config._attn_implementation`: "sdpa", "eager", "flash_attention_2", "flex_attention") and
+    keeps its keys and values in the block's layer of the cache, as any Transformers attention."""
 
-    def __init__(self, config: GMLPConfig):
+    def __init__(self, config: GMLPConfig, layer_idx: int = 0):
         super().__init__()
-        self.attention_size = config.tiny_attention_size
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.scaling = self.head_dim**-0.5
         self.is_causal = config.is_decoder
-        self.qkv_proj = nn.Linear(config.hidden_size, 3 * self.attention_size)
-        self.output_proj = nn.Linear(self.attention_size, config.gate_size)
-        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
-
-    def project(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Query, key and value, each (batch, 1 head, length, attention_size): the single head is kept as an axis, so
-        that the attention weights have the (batch, heads, queries, keys) layout of Transformers' `attentions`."""
-        return self.qkv_proj(hidden_states).unsqueeze(1).chunk(3, dim=-1)
+        self.attention_dropout = config.attention_probs_dropout_prob
+        self.qkv_proj = nn.Linear(config.hidden_size, 3 * self.head_dim)
+        self.output_proj = nn.Linear(self.head_dim, config.gate_size)
 
     def forward(
         self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
+        hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        positions: TokenPositions | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Attend from the queries to the keys (the same tokens, or the cached ones followed by the new ones); masked
-        keys (`attention_mask` over the keys) get no weight, and in causal mode neither do later positions."""
-        scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(self.attention_size)
-        allowed = None
-        if attention_mask is not None:
-            allowed = attention_mask[:, None, None, :].bool()
-        if self.is_causal:
-            if positions is None:
-                length = key.shape[2]
-                causal = torch.ones(length, length, dtype=torch.bool, device=scores.device).tril()
-            else:
-                causal = positions.visible[:, None]
-            allowed = causal if allowed is None else allowed & causal
-        if allowed is not None:
-            scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-        weights = scores.softmax(dim=-1)
-        attended = torch.matmul(self.dropout(weights), value).squeeze(1)
-        return self.output_proj(attended), weights
+        cache: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from these tokens to the cached ones and these, under `attention_mask` as the attention
+        implementation takes it; returns the output at the gate's width and the weights (eager only)."""
+        query, key, value = self.qkv_proj(hidden_states).unsqueeze(1).chunk(3, dim=-1)  # (batch, 1 head, length, d)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        attended, weights = attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        return self.output_proj(attended.flatten(2)), weights
 
 
 class GMLPSpatialGatingUnit(nn.Module):
@@ -205,14 +225,6 @@ class GMLPSpatialGatingUnit(nn.Module):
         self.variant = config.sgu_variant
         self.gate_norm = nn.LayerNorm(config.gate_size, eps=config.layer_norm_eps)
         self.spatial_proj = GMLPSpatialProjection(config)
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        token_mask: torch.Tensor | None = None,
-        tiny_attention_output: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return self.mix(*self.split(hidden_states, token_mask), tiny_attention_output)
 
     def split(self, hidden_states: torch.Tensor, token_mask: torch.Tensor | None = None):
         """The content Z1 and the normalised gate norm(Z2) (both Z for the unsplit variants)."""
@@ -226,15 +238,15 @@ class GMLPSpatialGatingUnit(nn.Module):
             gate = gate * token_mask
         return content, gate
 
-    def mix(
+    def forward(
         self,
         content: torch.Tensor,
         gate: torch.Tensor,
-        tiny_attention_output: torch.Tensor | None = None,
         positions: TokenPositions | None = None,
+        tiny_attention_output: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """s(Z): the spatial projection of the gate (which may also hold cached earlier tokens), plus the tiny
-        attention, gating the content of the current tokens."""
+        """s(Z) from `split`'s output: the spatial projection of the gate (which may also hold cached earlier
+        tokens), plus the tiny attention, gating the content of the current tokens."""
         gate = self.spatial_proj(gate, positions)
         if tiny_attention_output is not None:
             gate = gate + tiny_attention_output
@@ -258,10 +270,14 @@ def drop_path(hidden_states: torch.Tensor, drop_prob: float, training: bool) -> 
 class GMLPLayer(GradientCheckpointingLayer):
     """One gMLP block (Figure 1): x + V s(GELU(U norm(x))), with aMLP's tiny attention inside the gate.
 
-    In cached decoding the block keeps, in its layer of the cache, the normalised and padding-masked gate of the
-    earlier tokens (the cache's keys) and the tiny attention's keys and values (its values; empty for gMLP): position
-    t's gate is sum_{j<=t} W[t, j] norm(Z2)_j + b_t, so a new token costs one token's channel projections and one row
-    of W.
+    In cached decoding the block keeps, in its layer of the cache, the normalised and padding-masked gates of the
+    earlier tokens (position t's gate is sum_{j<=t} W[t, j] norm(Z2)_j + b_t, so a new token costs one token's channel
+    projections and one row of W) and the tiny attention's keys and values.
+
+    With `config.recompute_gating` (the default) a training step keeps only the block's input, its normalised input,
+    U's output and the tiny attention's own states for the backward pass and recomputes `gating` there
+    (`torch.utils.checkpoint`): GELU's output, the normalised gate, the spatial product and the FFT's spectra are most
+    of what a gMLP block would otherwise keep, and they cost little to recompute.
     """
 
     def __init__(self, config: GMLPConfig, layer_idx: int = 0):
@@ -270,11 +286,12 @@ class GMLPLayer(GradientCheckpointingLayer):
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.channel_proj_in = nn.Linear(config.hidden_size, config.intermediate_size)
         self.activation = ACT2FN[config.hidden_act]
-        self.tiny_attention = GMLPTinyAttention(config) if config.tiny_attention_size > 0 else None
+        self.tiny_attention = GMLPTinyAttention(config, layer_idx) if config.tiny_attention_size > 0 else None
         self.sgu = GMLPSpatialGatingUnit(config)
         self.channel_proj_out = nn.Linear(config.gate_size, config.hidden_size)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.drop_path_rate = config.drop_path_rate
+        self.recompute_gating = config.recompute_gating
 
     def forward(
         self,
@@ -282,99 +299,170 @@ class GMLPLayer(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None = None,
         positions: TokenPositions | None = None,
         cache: Cache | None = None,
+        tiny_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
-        """`attention_mask` covers the cached tokens and then these (batch, cached + length)."""
+        """`attention_mask`: the padding mask over the cached tokens and these, (batch, cached + length);
+        `tiny_attention_mask`: the tiny attention's mask as its attention implementation takes it."""
         normed = self.norm(hidden_states)
-        length = hidden_states.shape[1]
-        token_mask = None if attention_mask is None else attention_mask[:, -length:, None].to(normed.dtype)
-        content, gate = self.sgu.split(self.activation(self.channel_proj_in(normed)), token_mask)
-        query = key = value = None
-        if self.tiny_attention is not None:
-            query, key, value = self.tiny_attention.project(normed)
-        if cache is not None:
-            key_value = (
-                torch.cat([key, value], dim=-1) if key is not None else gate.new_zeros(gate.shape[0], 1, length, 0)
-            )
-            gate, key_value = cache.update(gate[:, None], key_value, self.layer_idx)
-            # A static cache returns its whole preallocated buffer: keep the cached tokens and these.
-            total_length = length if positions is None else positions.key.shape[1]
-            gate, key_value = gate[:, 0, :total_length], key_value[:, :, :total_length]
-            if key is not None:
-                key, value = key_value.chunk(2, dim=-1)
+        projected = self.channel_proj_in(normed)
         tiny_attention_output = None
         if self.tiny_attention is not None:
-            tiny_attention_output, _ = self.tiny_attention(query, key, value, attention_mask, positions)
-        gated = self.sgu.mix(content, gate, tiny_attention_output, positions)
+            tiny_attention_output, _ = self.tiny_attention(normed, tiny_attention_mask, cache, **kwargs)
+        arguments = (projected, tiny_attention_output, attention_mask, positions, cache)
+        recompute = self.recompute_gating and self.training and torch.is_grad_enabled() and cache is None
+        # Gradient checkpointing of the whole block (outside) already recomputes the gating unit.
+        if recompute and not self.gradient_checkpointing:
+            gated = checkpoint(self.gating, *arguments, use_reentrant=False, preserve_rng_state=False)
+        else:
+            gated = self.gating(*arguments)
         block_output = self.dropout(self.channel_proj_out(gated))
         return hidden_states + drop_path(block_output, self.drop_path_rate, self.training)
 
+    def gating(
+        self,
+        projected: torch.Tensor,
+        tiny_attention_output: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        positions: TokenPositions | None,
+        cache: Cache | None,
+    ) -> torch.Tensor:
+        """s(GELU(Z)) of Eq. (3) from U's output Z, with the tiny attention's output added to the spatial projection:
+        the block's token mixing, whose output V projects back to the residual stream."""
+        length = projected.shape[1]
+        token_mask = None if attention_mask is None else attention_mask[:, -length:, None].to(projected.dtype)
+        content, gate = self.sgu.split(self.activation(projected), token_mask)
+        if cache is not None:
+            gate = self.cached_gates(cache, gate, positions)
+        return self.sgu(content, gate, positions, tiny_attention_output)
 
-class GMLPCacheLayer(DynamicLayer):
-    """A `DynamicCache` layer that appends in place: its keys and values are the leading tokens of buffers with spare
-    room (doubled when full, up to n tokens), so that a decoding step copies only the new token's gate, where
-    `DynamicLayer` concatenates the whole cache again (about a fifth of a batch-8 decoding step of the benchmark).
+    def cached_gates(self, cache: Cache, gate: torch.Tensor, positions: TokenPositions) -> torch.Tensor:
+        """Write these tokens' gates into the block's layer of `cache`; return the gates of all the tokens so far (the
+        cached ones, then these)."""
+        gates = cache.layers[self.layer_idx].update_gates(gate)
+        return gates[:, : positions.key.shape[1]]  # a static cache returns its whole buffer
 
-    Cropping keeps the buffers (the next tokens overwrite the cropped ones); beam reordering and batch selection
-    replace the keys and values by new tensors, which move to new buffers at the next update.
+
+class GMLPDynamicLayer(DynamicLayer):
+    """A gMLP block's layer of a `DynamicCache` (generate()'s default): the tiny attention's keys and values, as any
+    attention layer keeps them, (batch, `num_attention_heads`, tokens, `head_dim`) (none for gMLP), and `gates`, the
+    normalised, padding-masked gates of the tokens so far (batch, tokens, gate channels), which the spatial projection
+    mixes and which set the cache's length.
+
+    The gates are appended in place, as the leading tokens of storage with spare room (doubled when full), so that a
+    decoding step copies only its new token where concatenation would copy every cached gate again.
     """
 
-    def __init__(self, max_length: int):
+    _layer_type = SPATIAL_GATING_LAYER_TYPE
+
+    def __init__(self, **kwargs):
         super().__init__()
-        self.max_length = max_length
-        self.reset_buffers()
+        self.gates = self.gate_storage = None
 
-    def reset_buffers(self) -> None:
-        self.key_buffer = self.value_buffer = None
-        self.buffered = (None, None)  # the keys and values that are the leading tokens of the buffers
+    def update_gates(self, gates: torch.Tensor) -> torch.Tensor:
+        """Append these tokens' gates; return the gates of all the tokens so far."""
+        cached = self.get_seq_length()
+        total = cached + gates.shape[1]
+        if self.gate_storage is None or total > self.gate_storage.shape[1]:
+            storage = gates.new_empty(gates.shape[0], 2 * total, gates.shape[2])
+            if cached:
+                storage[:, :cached] = self.gates
+            self.gate_storage = storage
+        self.gate_storage[:, cached:total] = gates
+        self.gates = self.gate_storage[:, :total]
+        return self.gates
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        in_buffers = self._holds_buffers()
-        length = self.keys.shape[-2] if self.keys.dim() == key_states.dim() else 0  # a new layer stores an empty 1-D
-        total = length + key_states.shape[-2]
-        if not in_buffers or total > self.key_buffer.shape[-2]:
-            capacity = max(total, min(2 * total, self.max_length))
-            self.key_buffer = self._grown(self.keys, key_states, length, capacity)
-            self.value_buffer = self._grown(self.values, value_states, length, capacity)
-        self.key_buffer[..., length:total, :] = key_states
-        self.value_buffer[..., length:total, :] = value_states
-        self.keys, self.values = self.key_buffer[..., :total, :], self.value_buffer[..., :total, :]
-        self.buffered = (self.keys, self.values)
-        return self.keys, self.values
-
-    @staticmethod
-    def _grown(stored: torch.Tensor, new: torch.Tensor, length: int, capacity: int) -> torch.Tensor:
-        """A buffer for `capacity` tokens that starts with the `length` stored ones."""
-        buffer = new.new_empty(*new.shape[:-2], capacity, new.shape[-1])
-        if length > 0:
-            buffer[..., :length, :] = stored
-        return buffer
-
-    def _holds_buffers(self) -> bool:
-        """Whether the keys and values are still the leading tokens of the buffers (not replaced by beam reordering,
-        batch selection or repetition)."""
-        return self.key_buffer is not None and self.keys is self.buffered[0] and self.values is self.buffered[1]
+    def get_seq_length(self) -> int:
+        return 0 if self.gates is None else self.gates.shape[1]
 
     def crop(self, tokens_to_remove: int) -> None:
-        in_buffers = self._holds_buffers()
         super().crop(tokens_to_remove)
-        if in_buffers:  # still the leading tokens of the buffers
-            self.buffered = (self.keys, self.values)
+        if tokens_to_remove and self.gates is not None:  # still the storage's leading tokens: the next ones overwrite
+            self.gates = self.gates[:, : -abs(tokens_to_remove)]
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._with_gates(super().batch_repeat_interleave, repeats, lambda gates: gates.repeat_interleave(repeats, 0))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._with_gates(super().batch_select_indices, indices, lambda gates: gates[indices])
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._with_gates(
+            super().reorder_cache, beam_idx, lambda gates: gates.index_select(0, beam_idx.to(gates.device))
+        )
+
+    def offload(self) -> None:
+        self._with_gates(super().offload, None, lambda gates: gates.to("cpu", non_blocking=True))
+
+    def prefetch(self) -> None:
+        self._with_gates(super().prefetch, None, lambda gates: gates.to(self.device, non_blocking=True))
 
     def reset(self) -> None:
-        self.reset_buffers()
         super().reset()
+        self.gates = self.gate_storage = None
+
+    def _with_gates(self, method, argument, change_gates) -> None:
+        """DynamicLayer's `method` on the keys and values (gMLP has none), and the same change on the gates, which are
+        new tensors now, no longer the storage's."""
+        if self.is_initialized:
+            method(*(() if argument is None else (argument,)))
+        if self.gates is not None:
+            self.gates = change_gates(self.gates)
+        self.gate_storage = None
 
 
-class GMLPCache(DynamicCache):
-    """Transformers' `DynamicCache` made of `GMLPCacheLayer`s, one per block: the cache that `GMLPModel` (with
-    `use_cache=True`) and `generate()` start by default."""
+class GMLPStaticLayer(StaticLayer):
+    """A gMLP block's layer of a `StaticCache` (`cache_implementation="static"`): what `GMLPDynamicLayer` holds, in
+    buffers of `max_cache_len` tokens made at the first update and written in place (for `torch.compile`)."""
 
-    def __init__(self, config: GMLPConfig):
-        super().__init__(config=config)
-        self.layers = [GMLPCacheLayer(config.max_position_embeddings) for _ in range(config.num_hidden_layers)]
+    _layer_type = SPATIAL_GATING_LAYER_TYPE
+
+    def __init__(self, max_cache_len: int, **kwargs):
+        super().__init__(max_cache_len=max_cache_len)
+        self.gates = None
+        self.gates_length = torch.tensor(0, dtype=torch.long)  # a tensor, as `cumulative_length`: no recompilation
+
+    def update_gates(self, gates: torch.Tensor) -> torch.Tensor:
+        """Write these tokens' gates after the cached ones; return the whole buffer."""
+        if self.gates is None:
+            self.gates = gates.new_zeros(gates.shape[0], self.max_cache_len, gates.shape[2])
+            self.gates_length = self.gates_length.to(gates.device)
+            if not is_torchdynamo_compiling():
+                torch._dynamo.mark_static_address(self.gates)
+                torch._dynamo.mark_static_address(self.gates_length)
+        written = torch.arange(gates.shape[1], device=gates.device) + self.gates_length
+        self.gates_length.add_(gates.shape[1])
+        self.gates.index_copy_(1, written, gates)
+        return self.gates
+
+    def get_seq_length(self):
+        return self.gates_length
+
+    def crop(self, tokens_to_remove: int) -> None:
+        super().crop(tokens_to_remove)
+        self.gates_length.sub_(abs(tokens_to_remove))
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.is_initialized:
+            super().reorder_cache(beam_idx)
+        if self.gates is not None:
+            self.gates = self.gates.index_select(0, beam_idx.to(self.gates.device))
+
+    def offload(self) -> None:
+        super().offload()
+        if self.gates is not None:
+            self.gates = self.gates.to("cpu", non_blocking=True)
+
+    def prefetch(self) -> None:
+        super().prefetch()
+        if self.gates is not None and self.gates.device != self.gates_length.device:
+            self.gates = self.gates.to(self.gates_length.device, non_blocking=True)
+
+    def reset(self) -> None:
+        super().reset()
+        self.gates_length.zero_()
+        if self.gates is not None:
+            self.gates.zero_()
 
 
 class GMLPEncoder(nn.Module):
@@ -449,8 +537,14 @@ class GMLPPreTrainedModel(PreTrainedModel):
     config: GMLPConfig
     base_model_prefix = "gmlp"
     supports_gradient_checkpointing = True
-    _no_split_modules = ["GMLPEmbeddings", "GMLPLayer"]
+    # The blocks only: the embeddings share their weight with the tied LM head, so FSDP must not wrap them apart.
+    _no_split_modules = ["GMLPLayer"]
     _can_record_outputs = {"hidden_states": GMLPLayer, "attentions": GMLPTinyAttention}
+    # aMLP's tiny attention runs through Transformers' attention interface (gMLP has no attention to dispatch).
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
     # Whether the loss honours the Trainer's `num_items_in_batch` (dividing a sum by it). False for the per-example
     # heads, whose loss is a mean over examples: the Trainer then divides by the gradient-accumulation steps itself.
     # The token-level heads (masked LM, causal LM, token classification) use Transformers' loss and set it True.
@@ -526,38 +620,56 @@ class GMLPModel(GMLPPreTrainedModel):
             embeddings to use instead of `input_ids`.
         cache (`Cache`, *optional*): causal mode: the earlier tokens' gates (and tiny-attention keys and
             values), as returned with `use_cache=True`; updated in place.
-        use_cache (`bool`, *optional*): causal mode: return the cache, to decode one token at a time.
+        use_cache (`bool`, *optional*): causal mode: return the cache, to decode one token at a time. A training
+            step (training mode, gradients on) makes none unless one is passed in: with `config.recompute_gating` it
+            recomputes its gates rather than keep them.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds.")
         input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
         if not self.config.is_decoder:
             use_cache, cache = False, None  # only causal blocks can be decoded token by token
+        if self.training and torch.is_grad_enabled() and self.config.recompute_gating and cache is None:
+            use_cache = False  # a training step recomputes its gates instead of keeping them (see GMLPLayer)
         if use_cache and cache is None:
-            cache = GMLPCache(self.config)
+            cache = DynamicCache(config=self.config)
+        if cache is not None:
+            check_cache_layers(cache, self.config.num_hidden_layers)
         cached = cache.get_seq_length() if cache is not None else 0
         self._check_input_shape(input_shape, attention_mask, token_type_ids, cached)
         positions = self._positions(input_shape, attention_mask, position_ids, cached)
         hidden_states = self.embeddings(input_ids, token_type_ids, inputs_embeds)
-        hidden_states = self.encoder(hidden_states, attention_mask, positions=positions, cache=cache, **kwargs)
+        tiny_attention_mask = self._tiny_attention_mask(hidden_states, attention_mask, cache)
+        hidden_states = self.encoder(
+            hidden_states,
+            attention_mask,
+            positions=positions,
+            cache=cache,
+            tiny_attention_mask=tiny_attention_mask,
+            **kwargs,
+        )
         sequence_output = self.final_norm(hidden_states)
         return BaseModelOutputWithPast(last_hidden_state=sequence_output, cache=cache if use_cache else None)
 
-    def _positions(self, input_shape, attention_mask, position_ids, cached: int) -> TokenPositions | None:
-        """The query and key positions for the spatial projection and tiny attention, or None when token i is at
-        position i (the fast path). Causal models count real tokens, so that a left-padded row uses W and b as the
-        same tokens alone would; the keys are the cached tokens followed by the new ones."""
-        batch_size, length = input_shape
-        causal_positions = self.config.is_decoder and (attention_mask is not None or cached > 0)
-        if position_ids is None and not causal_positions:
-            return None
-        if attention_mask is not None and self.config.is_decoder:
-            key_positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        elif position_ids is not None and cached == 0:
-            key_positions = position_ids
+    def _positions(self, input_shape, attention_mask, position_ids, cached: int) -> TokenPositions:
+        """The query and key positions for the spatial projection. Causal models count real tokens, so that a
+        left-padded row uses W and b as the same tokens alone would; the keys are the cached tokens followed by the new
+        ones."""
+        length = input_shape[1]
+        if self.config.is_decoder and (attention_mask is not None or cached):
+            if attention_mask is not None:
+                key_positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+            else:
+                key_positions = torch.arange(cached + length, device=self.device)[None]
+            query_positions = position_ids if position_ids is not None else key_positions[:, -length:]
+        elif position_ids is not None:
+            query_positions = key_positions = position_ids
         else:
-            key_positions = torch.arange(cached + length, device=self.device).expand(batch_size, -1)
-        query_positions = position_ids if position_ids is not None else key_positions[:, -length:]
+            # The Toeplitz product by matrix reads W at each query's offset from each key (the FFT needs none).
+            toeplitz = self.config.spatial_weight_type == "toeplitz"
+            return TokenPositions.sequential(
+                length, self.device, toeplitz and length < self.config.spatial_fft_min_length
+            )
         if (
             not is_torchdynamo_compiling()
             and position_ids is not None
@@ -567,7 +679,20 @@ class GMLPModel(GMLPPreTrainedModel):
                 f"position_ids must be in [0, {self.config.max_position_embeddings - 1}] (the model's n = "
                 f"max_position_embeddings), got values from {int(position_ids.min())} to {int(position_ids.max())}."
             )
-        return TokenPositions(query_positions, key_positions, causal=self.config.is_decoder)
+        return TokenPositions(query_positions, key_positions, self.config.spatial_weight_type == "toeplitz")
+
+    def _tiny_attention_mask(self, hidden_states, attention_mask, cache):
+        """The tiny attention's padding (and, in causal mode, causal) mask in the form its attention implementation
+        takes, built once for all blocks; None for gMLP."""
+        if not self.config.tiny_attention_size:
+            return None
+        if self.config.is_decoder:
+            return create_causal_mask(
+                config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, cache=cache
+            )
+        return create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+        )
 
     def _check_input_shape(self, input_shape, attention_mask, token_type_ids, cached: int = 0):
         """Clear errors for inputs the spatial weights cannot take, before they fail deep inside torch."""
@@ -592,6 +717,22 @@ class GMLPModel(GMLPPreTrainedModel):
                     f"`{name}` has shape {tuple(tensor.shape)} but must have shape {expected[name]}{covers}: the "
                     f"inputs have shape {tuple(input_shape)}."
                 )
+
+
+def check_cache_layers(cache: Cache, num_layers: int) -> None:
+    """A cache made empty without this model's config (e.g. `DynamicCache()`) gets gMLP's layers, which hold the
+    gates; one whose layers cannot hold them is refused with a clear error rather than decoding wrongly."""
+    if getattr(cache, "layer_class_to_replicate", None) is DynamicLayer and not cache.layers:
+        cache.layers.extend(GMLPDynamicLayer() for _ in range(num_layers))
+    wrong = {
+        type(layer).__name__ for layer in cache.layers if not isinstance(layer, (GMLPDynamicLayer, GMLPStaticLayer))
+    }
+    if wrong:
+        raise ValueError(
+            f"This cache's layers ({', '.join(sorted(wrong))}) cannot hold gMLP's gates. Make the cache from the "
+            "model's config, e.g. `DynamicCache(config=model.config)` or `StaticCache(config=model.config, "
+            "max_cache_len=...)`, or let `generate()` make it."
+        )
 
 
 def check_labels(labels: torch.Tensor, num_classes: int, name: str = "labels") -> None:
@@ -683,9 +824,9 @@ class GMLPForMaskedLM(GMLPPreTrainedModel):
 class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
     """gMLP with causal spatial weights (and causal tiny attention) for left-to-right language modelling.
 
-    `generate()` decodes with a cache (a `GMLPCache`; see `GMLPLayer` for what it keeps), so each new token costs one
-    token's work; positions follow the real tokens, so a left-padded batch generates what each prompt
-    generates alone. A prompt and its new tokens must fit in n (`max_position_embeddings`) tokens.
+    `generate()` decodes with a cache (a `DynamicCache` of `GMLPDynamicLayer`s; see `GMLPLayer` for what it keeps),
+    so each new token costs one token's work; positions follow the real tokens, so a left-padded batch generates what
+    each prompt generates alone. A prompt and its new tokens must fit in n (`max_position_embeddings`) tokens.
     """
 
     accepts_loss_kwargs = True
@@ -721,13 +862,11 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
                 "(`max_new_tokens`) or shorten the prompt."
             )
 
-    def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs) -> None:
-        """generate()'s default cache becomes a `GMLPCache` (a `DynamicCache` that appends in place); a cache passed
-        in, or any other `cache_implementation`, is used as it is."""
-        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        cache = model_kwargs.get("cache")
-        if type(cache) is DynamicCache and not cache.offloading and not getattr(cache, "_is_user_defined", False):
-            model_kwargs["cache"] = GMLPCache(self.config)
+    def _get_static_cache_init_shape(self):
+        """The tiny attention's heads and head size, for a static cache made before the first step (Transformers'
+        default, `hidden_size // num_attention_heads`, would divide by gMLP's 0 heads); the gates' buffers are made
+        at the first update."""
+        return self.config.num_attention_heads, self.config.head_dim
 
     def create_masks_for_generate(self, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor | None:
         """The mask `generate()` passes with a static cache: the 2D padding mask as it is (the blocks derive positions

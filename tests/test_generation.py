@@ -9,10 +9,10 @@ be invisible: every test would pass at initialisation even with left padding han
 import pytest
 import torch
 from transformers import DynamicCache, StaticCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import Cache, DynamicLayer
 
 from gmlp import GMLPForCausalLM
-from gmlp.modeling_gmlp import GMLPCache, GMLPCacheLayer
+from gmlp.modeling_gmlp import GMLPDynamicLayer, GMLPStaticLayer
 
 VARIANTS = {
     "gmlp toeplitz": {},
@@ -115,10 +115,15 @@ def test_one_step_with_the_cache_equals_the_full_forward(model):
         prefix = model(BATCH, attention_mask=MASK, use_cache=True)
         cache = prefix.cache
         assert isinstance(cache, DynamicCache) and cache.get_seq_length() == 5
-        gate, tiny_key_value = cache.layers[0].keys, cache.layers[0].values
-        assert gate.shape == (2, 1, 5, model.config.gate_size)
-        assert tiny_key_value.shape == (2, 1, 5, 2 * model.config.tiny_attention_size)
-        assert gate[1, 0, :2].abs().max() == 0  # padding's gate is zero
+        layer, config = cache.layers[0], model.config
+        # The tiny attention's keys and values, shaped as the config says (gMLP has none), and the gates.
+        if config.tiny_attention_size:
+            heads_shape = (2, config.num_attention_heads, 5, config.head_dim)
+            assert layer.keys.shape == layer.values.shape == heads_shape
+        else:
+            assert layer.keys is None and config.num_attention_heads == 0
+        assert layer.gates.shape == (2, 5, config.gate_size)
+        assert layer.gates[1, :2].abs().max() == 0  # padding's gate is zero
         step = model(
             torch.tensor([[21], [22]]),
             attention_mask=torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1),
@@ -146,62 +151,70 @@ def test_a_static_cache_holds_the_same_gates_in_place(model):
         dynamic = model(BATCH, attention_mask=MASK, use_cache=True).cache
     torch.testing.assert_close(step.logits[:, -1], full.logits[:, -1])
     assert int(cache.get_seq_length()) == 6
-    gate = cache.layers[0].keys
-    assert gate.shape == (2, 1, model.config.max_position_embeddings, model.config.gate_size)
-    torch.testing.assert_close(gate[:, :, :5], dynamic.layers[0].keys)
-    assert gate[:, :, 6:].abs().max() == 0
+    assert all(type(layer) is GMLPStaticLayer for layer in cache.layers)
+    gates = cache.layers[0].gates
+    assert gates.shape == (2, model.config.max_position_embeddings, model.config.gate_size)
+    torch.testing.assert_close(gates[:, :5], dynamic.layers[0].gates)
+    assert gates[:, 6:].abs().max() == 0
+    if model.config.tiny_attention_size:
+        torch.testing.assert_close(cache.layers[0].keys[:, :, :5], dynamic.layers[0].keys)
 
 
-def test_the_cache_layer_appends_in_place_and_equals_concatenation():
-    """GMLPCacheLayer holds what DynamicLayer's concatenation holds, step after step, writing each new token into spare
-    room (the keys' storage does not move between steps), never beyond n tokens; cropping keeps the storage and
-    the next tokens overwrite the cropped ones; beam reordering and batch repetition move to new storage."""
+def test_the_cache_layer_appends_gates_in_place_and_equals_concatenation():
+    """GMLPDynamicLayer's gates are the concatenation of every step's, step after step, written into spare room (the
+    storage does not move between steps); cropping keeps the storage and the next tokens overwrite the cropped ones;
+    beam reordering and batch repetition move to new storage. Its keys and values are DynamicLayer's."""
     torch.manual_seed(0)
-    ours, reference = GMLPCacheLayer(max_length=12), DynamicLayer()
-    chunks = [torch.randn(2, 1, length, 3) for length in (5, 1, 1, 1)]
-    storage = []
-    for chunk in chunks:
-        keys, values = ours.update(chunk, chunk[..., :0])
-        expected_keys, expected_values = reference.update(chunk, chunk[..., :0])
-        assert torch.equal(keys, expected_keys) and values.shape == expected_values.shape == (2, 1, keys.shape[2], 0)
-        storage.append(keys.data_ptr())
+    ours, reference = GMLPDynamicLayer(), DynamicLayer()
+    steps = [(torch.randn(2, 1, length, 3), torch.randn(2, length, 4)) for length in (5, 1, 1, 1)]
+    gates, storage = [], []
+    for key, gate in steps:
+        keys, values = ours.update(key, -key)
+        expected_keys, expected_values = reference.update(key, -key)
+        assert torch.equal(keys, expected_keys) and torch.equal(values, expected_values)
+        gates.append(gate)
+        assert torch.equal(ours.update_gates(gate), torch.cat(gates, 1))
+        storage.append(ours.gates.data_ptr())
     assert ours.get_seq_length() == 8 and storage[1:] == [storage[0]] * 3  # 5 tokens -> room for 10: no copy
-    assert ours.key_buffer.shape == (2, 1, 10, 3)
-    ours.update(torch.randn(2, 1, 3, 3), torch.empty(2, 1, 3, 0))  # 11 tokens: a new buffer, capped at n = 12
-    assert ours.key_buffer.shape == (2, 1, 12, 3) and ours.keys.data_ptr() != storage[0]
-    kept = ours.keys[:, :, :9].clone()
+    ours.update_gates(torch.randn(2, 3, 4))  # 11 tokens: new storage
+    assert ours.gate_storage.shape == (2, 22, 4) and ours.gates.data_ptr() != storage[0]
+    kept = ours.gates[:, :9].clone()
     ours.crop(-2)
-    replacement = torch.randn(2, 1, 1, 3)
-    keys, _ = ours.update(replacement, replacement[..., :0])
-    assert torch.equal(keys, torch.cat([kept, replacement], 2)) and keys.data_ptr() == ours.key_buffer.data_ptr()
+    replacement = torch.randn(2, 1, 4)
+    assert torch.equal(ours.update_gates(replacement), torch.cat([kept, replacement], 1))
+    assert ours.gates.data_ptr() == ours.gate_storage.data_ptr() and ours.get_seq_length() == 10
+    assert ours.keys.shape[2] == 6  # 8 keys, 2 cropped
     ours.reorder_cache(torch.tensor([1, 1]))
-    new = torch.randn(2, 1, 1, 3)
-    keys, _ = ours.update(new, new[..., :0])
-    assert torch.equal(keys, torch.cat([torch.cat([kept, replacement], 2)[[1, 1]], new], 2))
+    new = torch.randn(2, 1, 4)
+    assert torch.equal(ours.update_gates(new), torch.cat([torch.cat([kept, replacement], 1)[[1, 1]], new], 1))
     ours.batch_repeat_interleave(2)
-    assert ours.update(torch.zeros(4, 1, 1, 3), torch.empty(4, 1, 1, 0))[0].shape == (4, 1, 12, 3)
+    assert ours.update_gates(torch.zeros(4, 1, 4)).shape == (4, 12, 4) and ours.keys.shape[0] == 4
     ours.reset()
-    assert ours.get_seq_length() == 0 and ours.key_buffer is None
+    assert ours.get_seq_length() == 0 and ours.gate_storage is None
 
 
-def test_generate_decodes_with_the_in_place_cache_and_a_plain_dynamic_cache_agrees(model):
-    """generate() starts a GMLPCache by default (also for `cache_implementation="dynamic"`); a DynamicCache of
-    Transformers' own layers passed in is used as it is, and both give the tokens of the full recompute."""
+def test_generate_uses_gmlp_cache_layers_and_refuses_a_cache_that_cannot_hold_gates(model):
+    """generate()'s default cache, `cache_implementation="dynamic"`, a `DynamicCache(config=model.config)` and a
+    bare `DynamicCache()` passed in are all made of GMLPDynamicLayers (the config's `layer_types` selects them) and
+    give the full recompute's tokens; a cache of Transformers' plain layers, which cannot hold the gates, is refused."""
 
     def run(**kwargs):
         return model.generate(BATCH, attention_mask=MASK, max_new_tokens=6, do_sample=False, **kwargs)
 
-    default = run(return_dict_in_generate=True)
-    assert type(default.cache) is GMLPCache and default.cache.get_seq_length() == 10
-    assert all(type(layer) is GMLPCacheLayer for layer in default.cache.layers)
-    named = run(cache_implementation="dynamic", return_dict_in_generate=True)
-    assert type(named.cache) is GMLPCache
-    plain = DynamicCache(config=model.config)
-    given = run(cache=plain, return_dict_in_generate=True)
-    assert given.cache is plain and type(plain.layers[0]) is DynamicLayer
     recomputed = run(use_cache=False)
-    for output in (default, named, given):
-        assert torch.equal(output.sequences, recomputed)
+    outputs = {
+        "default": run(return_dict_in_generate=True),
+        "dynamic": run(cache_implementation="dynamic", return_dict_in_generate=True),
+        "config": run(cache=DynamicCache(config=model.config), return_dict_in_generate=True),
+        "bare": run(cache=DynamicCache(), return_dict_in_generate=True),
+    }
+    for name, output in outputs.items():
+        assert output.cache.get_seq_length() == 10, name
+        assert all(type(layer) is GMLPDynamicLayer for layer in output.cache.layers), name
+        assert torch.equal(output.sequences, recomputed), name
+    plain = Cache(layers=[DynamicLayer() for _ in range(model.config.num_hidden_layers)])
+    with pytest.raises(ValueError, match=r"This cache's layers \(DynamicLayer\) cannot hold gMLP's gates.*config"):
+        run(cache=plain)
 
 
 def test_static_cache_without_an_attention_mask(model):
@@ -289,3 +302,25 @@ def test_a_cached_step_beyond_n_is_refused(trained_looking):
         cache = model(torch.ones(1, 24, dtype=torch.long), use_cache=True).cache
         with pytest.raises(ValueError, match=r"length 25 \(24 cached \+ 1 new\) exceeds .* 24"):
             model(torch.ones(1, 1, dtype=torch.long), cache=cache)
+
+
+@pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
+def test_eager_and_sdpa_decode_alike_with_left_padding(trained_looking, cache_implementation):
+    """aMLP's tiny attention written out (eager) and through SDPA's kernels: the same scores at every step (fp32,
+    tight) and the same tokens, for a left-padded batch, with either cache."""
+    outputs = {}
+    for implementation in ("eager", "sdpa"):
+        model = trained_looking(tiny_attention_size=8)
+        model.set_attn_implementation(implementation)
+        outputs[implementation] = model.generate(
+            BATCH,
+            attention_mask=MASK,
+            max_new_tokens=6,
+            do_sample=False,
+            cache_implementation=cache_implementation,
+            return_dict_in_generate=True,
+            output_scores=True,
+        )
+    assert torch.equal(outputs["eager"].sequences, outputs["sdpa"].sequences)
+    for eager, sdpa in zip(outputs["eager"].scores, outputs["sdpa"].scores):
+        torch.testing.assert_close(sdpa, eager, rtol=1e-5, atol=1e-5)

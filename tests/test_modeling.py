@@ -1,5 +1,7 @@
 """Behaviour of the gMLP / aMLP models: the paper's block, sequence handling, heads and the Hugging Face contract."""
 
+import copy
+
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
@@ -192,9 +194,9 @@ def test_fft_toeplitz_product_agrees_with_the_direct_one(spatial_projection, cau
 def test_fft_path_is_chosen_automatically_for_long_toeplitz_inputs(spatial_projection, monkeypatch):
     projection = spatial_projection(max_position_embeddings=64, spatial_fft_min_length=32)
     calls = []
-    original = GMLPSpatialProjection._toeplitz_fft_product
+    original = GMLPSpatialProjection.fft_product
     monkeypatch.setattr(
-        GMLPSpatialProjection, "_toeplitz_fft_product", lambda self, heads: calls.append(1) or original(self, heads)
+        GMLPSpatialProjection, "fft_product", lambda self, heads: calls.append(1) or original(self, heads)
     )
     projection(torch.randn(1, 31, 24))
     assert calls == []
@@ -224,8 +226,9 @@ def test_sgu_variants_compute_table_3s_formulas(tiny_config, variant):
         "additive": lambda: z + f(z),
         "linear": lambda: f(z),
     }[variant]()
-    torch.testing.assert_close(sgu(z), expected)
-    assert sgu(z).shape[-1] == config.gate_size
+    output = sgu(*sgu.split(z))
+    torch.testing.assert_close(output, expected)
+    assert output.shape[-1] == config.gate_size
 
 
 @pytest.mark.parametrize("model_class", [GMLPForMaskedLM, GMLPModel])
@@ -372,7 +375,8 @@ def test_token_type_ids_change_the_output(tiny_config):
 
 
 def test_hidden_states_attentions_and_tuple_outputs(tiny_config):
-    config = tiny_config(tiny_attention_size=8, num_hidden_layers=3)
+    # The attention weights come from the eager implementation (SDPA's fused kernels do not return them, as for BERT).
+    config = tiny_config(tiny_attention_size=8, num_hidden_layers=3, attn_implementation="eager")
     model = GMLPModel(config).eval()
     ids = random_ids(2, 9)
     mask = torch.ones(2, 9, dtype=torch.long)
@@ -639,3 +643,147 @@ def test_sentence_heads_own_every_weight_they_add(tiny_config, tmp_path):
         _, info = head_class.from_pretrained(tmp_path, num_labels=2, output_loading_info=True)
         assert info["missing_keys"] and all(key.startswith("classifier.") for key in info["missing_keys"])
         assert {key.split(".")[1] for key in info["missing_keys"]} == {"dense", "out_proj"}
+
+
+# --- aMLP's tiny attention through Transformers' attention implementations ----------------------------------------
+
+
+def with_attention(config, implementation: str, model_class=GMLPForMaskedLM):
+    torch.manual_seed(0)
+    config = copy.deepcopy(config)
+    config._attn_implementation = implementation
+    return model_class(config).eval()
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["encoder", "causal"])
+def test_eager_and_sdpa_tiny_attention_agree_with_padding(tiny_config, causal):
+    """The same weights give the same outputs (fp32, tight) with the written-out attention and with SDPA's kernels,
+    with right padding (encoder) or left padding (causal), and SDPA's is the default."""
+    model_class = GMLPForCausalLM if causal else GMLPForMaskedLM
+    config = tiny_config(tiny_attention_size=8, is_decoder=causal)
+    eager, sdpa = (with_attention(config, name, model_class) for name in ("eager", "sdpa"))
+    assert GMLPForMaskedLM(tiny_config(tiny_attention_size=8)).config._attn_implementation == "sdpa"
+    ids = random_ids(3, 9)
+    mask = torch.ones_like(ids)
+    if causal:
+        mask[1, :3] = mask[2, :5] = 0
+    else:
+        mask[1, 6:] = mask[2, 4:] = 0
+    with torch.no_grad():
+        expected, actual = eager(ids, attention_mask=mask).logits, sdpa(ids, attention_mask=mask).logits
+    real = mask.bool()
+    torch.testing.assert_close(actual[real], expected[real], rtol=1e-5, atol=1e-5)
+
+
+# --- Memory-lean training: the recomputed gating unit --------------------------------------------------------------
+
+SPATIAL_PATHS = {
+    "dense": {"spatial_weight_type": "dense"},
+    "toeplitz direct": {},
+    "toeplitz fft": {"spatial_fft_min_length": 1},
+}
+
+
+def gradients(model, **inputs) -> dict:
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(3)  # the same dropout masks in both runs
+    model(**inputs).loss.backward()
+    return {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
+
+
+@pytest.mark.parametrize("path", sorted(SPATIAL_PATHS))
+@pytest.mark.parametrize("causal", [False, True], ids=["encoder", "causal"])
+@pytest.mark.parametrize("tiny_attention_size", [0, 8], ids=["gmlp", "amlp"])
+def test_recomputed_gating_gives_the_plain_gradients(tiny_config, path, causal, tiny_attention_size):
+    """Every parameter's gradient is the same whether the gating unit is kept for the backward pass or recomputed
+    there (fp32, tight), on each spatial path, with a padding mask, causal masks and dropout (attention dropout
+    included, whose masks the recomputation must redraw identically)."""
+    config = tiny_config(
+        SPATIAL_PATHS[path],
+        is_decoder=causal,
+        tiny_attention_size=tiny_attention_size,
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+    )
+    model_class = GMLPForCausalLM if causal else GMLPForMaskedLM
+    torch.manual_seed(0)
+    model = model_class(config).train()
+    ids = random_ids(3, 11)
+    mask = torch.ones_like(ids)
+    mask[1, -4:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+    recomputed = gradients(model, **inputs)
+    for layer in model.gmlp.encoder.layer:
+        layer.recompute_gating = False
+    plain = gradients(model, **inputs)
+    assert recomputed.keys() == plain.keys() == {name for name, _ in model.named_parameters()}
+    for name in plain:
+        torch.testing.assert_close(recomputed[name], plain[name], msg=name)
+
+
+def saved_bytes(model, **inputs) -> int:
+    """Bytes of the distinct activations autograd keeps for the backward pass of one step (parameters left out)."""
+    parameters = {param.untyped_storage().data_ptr() for param in model.parameters()}
+    storages = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        model(**inputs)
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize("path", sorted(SPATIAL_PATHS))
+def test_recomputed_gating_keeps_less_for_the_backward_pass(tiny_config, path):
+    """The point of recomputing: the gating unit's intermediates (GELU's output, the normalised gate, the spatial
+    product, the FFT's spectra) are not kept, which is most of what a block keeps."""
+    config = tiny_config(SPATIAL_PATHS[path], hidden_size=16, intermediate_size=96, max_position_embeddings=64)
+    model = GMLPForMaskedLM(config).train()
+    ids = random_ids(4, 64)
+    lean = saved_bytes(model, input_ids=ids, labels=ids)
+    for layer in model.gmlp.encoder.layer:
+        layer.recompute_gating = False
+    assert lean < 0.6 * saved_bytes(model, input_ids=ids, labels=ids)
+
+
+def test_gradient_checkpointing_on_top_of_the_recomputed_gating(tiny_config):
+    config = tiny_config(tiny_attention_size=8, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    torch.manual_seed(0)
+    model = GMLPForMaskedLM(config).train()
+    ids = random_ids(2, 10)
+    expected = gradients(model, input_ids=ids, labels=ids)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    checkpointed = gradients(model, input_ids=ids, labels=ids)
+    for name in expected:
+        torch.testing.assert_close(checkpointed[name], expected[name], msg=name)
+
+
+def test_lora_adapters_inside_and_outside_the_recomputed_region_train(tiny_config):
+    """The projections stay modules: a LoRA adapter on each channel projection and on the tiny attention's
+    projections (these two run again when the gating unit is recomputed) changes the output and gets the same
+    gradients as without the recomputation."""
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    base = GMLPForMaskedLM(tiny_config(tiny_attention_size=8))
+    ids = random_ids(2, 10)
+    with torch.no_grad():
+        base_logits = base.eval()(ids).logits
+    targets = ["channel_proj_in", "channel_proj_out", "qkv_proj", "output_proj"]
+    model = peft.get_peft_model(base, peft.LoraConfig(r=2, target_modules=targets))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.5)
+    model.train()
+    assert not torch.allclose(model(input_ids=ids).logits, base_logits)
+    recomputed = gradients(model, input_ids=ids, labels=ids)
+    assert sum("lora_" in name for name in recomputed) == 2 * len(targets) * 2  # A and B, 4 targets, 2 blocks
+    for layer in model.base_model.model.gmlp.encoder.layer:
+        layer.recompute_gating = False
+    plain = gradients(model, input_ids=ids, labels=ids)
+    for name in plain:
+        torch.testing.assert_close(recomputed[name], plain[name], msg=name)

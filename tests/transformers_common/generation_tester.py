@@ -59,6 +59,8 @@ class GenerationTesterMixin:
 
     def test_greedy_generate_dict_outputs(self):
         for model, inputs in self._generative_models():
+            if self.has_attentions:
+                model.set_attn_implementation("eager")  # the fused kernels return no attention weights
             batch_size, prompt_length = inputs["input_ids"].shape
             output = model.generate(
                 **inputs,
@@ -91,6 +93,26 @@ class GenerationTesterMixin:
                     queries = prompt_length if step == 0 else 1
                     for attentions in step_attentions:
                         self.assertEqual(attentions.shape, (batch_size, 1, queries, prompt_length + step))
+
+    def test_cache_layers_have_the_config_s_attention_shape(self):
+        """Upstream's cache check: every layer's keys and values are (batch, num_attention_heads, tokens, head_dim)
+        as the config says (the tiny attention's), so tools that size caches from the config agree with the model;
+        gMLP, which has no attention (0 heads), keeps none. Every layer also holds the gates (batch, tokens, gate
+        channels)."""
+        for model, inputs in self._generative_models():
+            batch_size, prompt_length = inputs["input_ids"].shape
+            output = model.generate(
+                **inputs, do_sample=False, max_new_tokens=self.max_new_tokens, return_dict_in_generate=True
+            )
+            config, tokens = model.config, prompt_length + self.max_new_tokens - 1  # the last token is not run
+            expected = (batch_size, config.num_attention_heads, tokens, config.head_dim)
+            self.assertEqual(len(output.cache.layers), config.num_hidden_layers)
+            for layer in output.cache.layers:
+                if config.num_attention_heads:
+                    self.assertEqual((tuple(layer.keys.shape), tuple(layer.values.shape)), (expected, expected))
+                else:
+                    self.assertTrue(layer.keys is None and layer.values is None)
+                self.assertEqual(tuple(layer.gates.shape), (batch_size, tokens, config.gate_size))
 
     def test_sample_generate_is_seeded(self):
         for model, inputs in self._generative_models():
