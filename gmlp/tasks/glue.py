@@ -5,6 +5,7 @@ Every dataset this module returns has the columns and label names of the Hub's `
 """
 
 import csv
+import logging
 import math
 import os
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ import numpy as np
 
 from .metrics import load_metric
 from .training import check_text_file, require_columns
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -236,8 +239,9 @@ def encode_label(value, task: TextClassificationTask, where: str) -> int | float
         except (TypeError, ValueError):
             raise ValueError(f"{where}: label {value!r} is not a number; {task.name} is a regression task.") from None
     if isinstance(value, str):
-        if value in task.label_names:
-            return task.label_names.index(value)
+        names = [name.lower() for name in task.label_names]
+        if value.lower() in names:
+            return names.index(value.lower())
         label_id = int(value) if value.isdigit() and task.ids_allowed else None
     elif isinstance(value, float) and value.is_integer() and task.ids_allowed:
         label_id = int(value)  # a csv column of ids is read as floats when a cell is empty elsewhere
@@ -274,19 +278,13 @@ def encode_task_labels(
     """A csv/json `dataset` with `task`'s columns, its labels checked and cast to the task's label ids (-1, as on
     the Hub, for an unlabelled test set)."""
     columns = (*task.text_columns, "label") if labelled else task.text_columns
-    require_columns(dataset, columns, f"{source} (--task_name {task.name})")
+    require_columns(dataset, columns, f"{source} (--task_name {task.name})", hint=glue_file_hint(dataset, task))
     if labelled:
         check_no_blank_labels(dataset, source)
-    if not labelled:
-        values = None
-    elif task.ids_allowed or task.is_regression:
-        values = dataset["label"]
-    else:
-        values = [str(value) for value in dataset["label"]]
-    if values is None:
-        labels = [-1] * len(dataset)
-    else:
+        values = dataset["label"] if task.ids_allowed or task.is_regression else [str(v) for v in dataset["label"]]
         labels = [encode_label(value, task, f"{source}, example {i}") for i, value in enumerate(values)]
+    else:
+        labels = [-1] * len(dataset)
     if "label" in dataset.column_names:
         dataset = dataset.remove_columns("label")
     dataset = dataset.add_column("label", labels)
@@ -295,15 +293,34 @@ def encode_task_labels(
     return dataset.select_columns(list(dataset_features(task))).cast(dataset_features(task))
 
 
-def custom_task(train: datasets.Dataset, source: str) -> TextClassificationTask:
-    """A task for a custom csv/json dataset: its text columns, and its labels (the sorted distinct training labels,
-    as strings, or regression for float labels)."""
-    require_columns(train, ["label"], source)
-    check_no_blank_labels(train, source)
-    text_columns = infer_text_columns(train.column_names)
-    if train.features["label"].dtype.startswith("float"):
+def glue_file_hint(dataset: datasets.Dataset, task: TextClassificationTask | None = None) -> str:
+    """What to do about a file without the expected columns: if its header is that of one of GLUE's own TSV files,
+    read it with --glue_dir; else rename its columns."""
+    header = {column.lstrip("\ufeff") for column in dataset.column_names}
+    for glue_task in [task] if task and task.tsv_columns else GLUE_TASKS.values():
+        if set(glue_task.tsv_columns.values()) <= header:
+            return (
+                f"It is GLUE's own {glue_task.folder} file: read it with --task_name {glue_task.name} --glue_dir DIR, "
+                f"where DIR holds {glue_task.folder}/train.tsv and {glue_task.folder}/dev.tsv (GLUE's layout)."
+            )
+    text = "/".join(task.text_columns) if task else "`sentence1`/`sentence2` (or the first two other columns)"
+    return f"Rename the columns in the file: the text is read from {text}, the labels from `label`."
+
+
+def custom_task(dataset: datasets.Dataset, source: str) -> TextClassificationTask:
+    """A task for a custom csv/json dataset: its text columns, and its labels (the distinct labels of `dataset`, in
+    order, as strings), or regression (logged) for labels with decimals."""
+    require_columns(dataset, ["label"], source, hint=glue_file_hint(dataset))
+    check_no_blank_labels(dataset, source)
+    text_columns = infer_text_columns(dataset.column_names)
+    if dataset.features["label"].dtype.startswith("float"):
+        logger.warning(
+            f"{source}: its labels are numbers with decimals ({', '.join(map(str, dataset.unique('label')[:4]))}, "
+            "...), so the task is regression (one output, mean squared error). If they are classes, write them as "
+            "integers or names."
+        )
         return TextClassificationTask(name="custom", text_columns=text_columns, label_names=None)
-    label_names = tuple(sorted({str(label) for label in train["label"]}))
+    label_names = tuple(str(label) for label in sorted(dataset.unique("label")))
     return TextClassificationTask(name="custom", text_columns=text_columns, label_names=label_names, ids_allowed=False)
 
 

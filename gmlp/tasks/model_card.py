@@ -67,6 +67,7 @@ def model_card(
     else:
         origin = f"fine-tuned from a local checkpoint ({os.path.basename(os.path.normpath(base_model))})"
     trained_on = os.path.basename(dataset) if dataset and os.path.exists(dataset) else dataset
+    text = config.model_type != "gmlp_vision"
     lines = [
         *metadata,
         "",
@@ -81,15 +82,22 @@ def model_card(
         "The model's code is saved with its weights, so it loads without installing anything but `transformers`:",
         "",
         "```python",
-        f"from transformers import {auto_class}",
+        f"from transformers import {auto_class}" + (", AutoTokenizer" if text else ""),
         "",
         f'model = {auto_class}.from_pretrained("{repo_id}", trust_remote_code=True)',
+        *([f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)'] if text else []),
         "```",
         "",
         "(With the `gmlp` package installed, `import gmlp` registers the classes and `trust_remote_code` is not needed.)",
     ]
-    if config.model_type != "gmlp_vision":
-        lines[-1:-1] = ["", "The tokenizer is saved with it: `AutoTokenizer.from_pretrained(...)` on the same id.", ""]
+    if text:
+        tokenizer_note = (
+            "The tokenizer is Transformers' own fast tokenizer (`tokenizer.json`); `AutoTokenizer` reads the model's "
+            "config first, which names gMLP's code, hence the same `trust_remote_code=True` (without it, Transformers "
+            f'asks whether to run that code). `PreTrainedTokenizerFast.from_pretrained("{repo_id}")` reads the '
+            "tokenizer's files alone."
+        )
+        lines += ["", tokenizer_note]
     if metrics:
         lines += ["", "## Results", "", "| metric | value |", "|---|---|"]
         lines += [

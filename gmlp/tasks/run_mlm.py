@@ -25,6 +25,7 @@ from gmlp.tasks.mlm import (
     with_fixed_mask,
 )
 from gmlp.tasks.training import (
+    CheckedCollator,
     ModelArguments,
     check_max_seq_length,
     load_config,
@@ -73,6 +74,11 @@ DEMO_ARGS = [
     "--fill_mask_text",
     "The first [MASK] of the plays appeared in 1623.",
 ]
+
+NO_PREDICT = (
+    "run_mlm.py has no --do_predict (nor has Transformers' run_mlm.py): use --do_eval to score --validation_file "
+    "(loss, perplexity, masked-token accuracy), or --fill_mask_text for the model's top tokens for one text."
+)
 
 
 @dataclass
@@ -194,7 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
         print("No arguments: running the offline demo, i.e.\n  python run_mlm.py " + " ".join(DEMO_ARGS), flush=True)
         argv = DEMO_ARGS
     model_args, data_args, training_args = parse_arguments(
-        (ModelArguments, DataTrainingArguments, TrainingArguments), argv
+        (ModelArguments, DataTrainingArguments, TrainingArguments), argv, no_predict=NO_PREDICT
     )
     if model_args.model_name_or_path is None and model_args.config_name is None:
         model_args.config_name = "gmlp-tiny"
@@ -218,10 +224,18 @@ def main(argv: list[str] | None = None) -> dict:
             raw_datasets["train"], config.vocab_size, config.max_position_embeddings, training_args
         )
     max_seq_length = check_max_seq_length(data_args.max_seq_length, config, tokenizer)
-    if model_args.model_name_or_path is None:
+    if model_args.model_name_or_path is None and config.vocab_size != len(tokenizer):
+        logger.warning(
+            f"vocab_size set to the tokenizer's {len(tokenizer)} tokens (the config had {config.vocab_size})."
+        )
         config.vocab_size = len(tokenizer)
     model = load_model(AutoModelForMaskedLM, model_args, config)
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        logger.warning(
+            f"The tokenizer has {len(tokenizer)} tokens, the model's vocabulary "
+            f"{model.get_input_embeddings().num_embeddings}: resizing its embeddings to {len(tokenizer)} (the new "
+            "tokens' embeddings start untrained)."
+        )
         model.resize_token_embeddings(len(tokenizer))
 
     sources = {}
@@ -269,14 +283,16 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
-        data_collator=collator,
+        data_collator=CheckedCollator(collator, input_ids=model.config.vocab_size, labels=model.config.vocab_size),
         compute_metrics=masked_token_accuracy if training_args.do_eval else None,
         preprocess_logits_for_metrics=masked_token_predictions if training_args.do_eval else None,
     )
 
     metrics = {}
     if training_args.do_train:
-        train_and_save(trainer, training_args, None if data_args.streaming else len(train_dataset))
+        train_and_save(
+            trainer, None if data_args.streaming else len(train_dataset), (model_args, data_args, training_args)
+        )
     if training_args.do_eval:
         metrics = trainer.evaluate()
         metrics["eval_samples"] = len(eval_dataset)

@@ -7,7 +7,13 @@ import logging
 from dataclasses import dataclass, field
 
 import datasets
-from transformers import AutoModelForQuestionAnswering, Trainer, TrainingArguments, set_seed
+from transformers import (
+    AutoModelForQuestionAnswering,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
 from gmlp.tasks.metrics import load_metric
@@ -21,8 +27,10 @@ from gmlp.tasks.squad import (
     prepare_validation_features,
 )
 from gmlp.tasks.training import (
+    CheckedCollator,
     ModelArguments,
     check_max_seq_length,
+    check_vocabulary,
     load_config,
     load_model,
     load_tokenizer,
@@ -56,6 +64,10 @@ class DataTrainingArguments:
     validation_file: str | None = field(
         default=None, metadata={"help": "Evaluation data, same formats (dev-v1.1.json)."}
     )
+    test_file: str | None = field(
+        default=None,
+        metadata={"help": "Questions to answer with --do_predict, same formats; scored when they have answers."},
+    )
     version_2_with_negative: bool = field(
         default=False, metadata={"help": "SQuAD 2.0: some questions have no answer."}
     )
@@ -86,11 +98,13 @@ class DataTrainingArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for preprocessing."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only this many training questions."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only this many evaluation questions."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Keep only this many test questions."})
 
     def __post_init__(self):
-        if self.dataset_name is None and self.train_file is None and self.validation_file is None:
+        if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
             raise ValueError(
-                "Give --dataset_name (e.g. rajpurkar/squad) or --train_file / --validation_file (SQuAD JSON files)."
+                "Give --dataset_name (e.g. rajpurkar/squad) or --train_file / --validation_file / --test_file "
+                "(SQuAD JSON files)."
             )
 
 
@@ -103,7 +117,7 @@ def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArgumen
             cache_dir=model_args.cache_dir,
             token=model_args.token,
         )
-    files = {"train": data_args.train_file, "validation": data_args.validation_file}
+    files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
     return load_squad_files(files, cache_dir=model_args.cache_dir)
 
 
@@ -128,6 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"a long context overlap by doc_stride tokens); e.g. --doc_stride {max_seq_length // 4}."
         )
     model = load_model(AutoModelForQuestionAnswering, model_args, config)
+    check_vocabulary(tokenizer, model)
     feature_kwargs = {
         "tokenizer": tokenizer,
         "max_seq_length": max_seq_length,
@@ -135,56 +150,34 @@ def main(argv: list[str] | None = None) -> dict:
         "pad_to_max_length": data_args.pad_to_max_length,
     }
 
-    train_dataset = eval_examples = eval_features = None
-    if training_args.do_train:
-        if "train" not in raw:
-            raise ValueError(
-                f"--do_train needs training data (--train_file or a Hub dataset); the data has {list(raw)}."
-            )
-        train_examples = select_samples(raw["train"], data_args.max_train_samples)
-        check_squad_columns(train_examples, "The training data", needs_answers=True)
-        train_examples = check_training_answers(
-            train_examples,
-            data_args.train_file or data_args.dataset_name,
-            data_args.version_2_with_negative,
-            skip=data_args.skip_invalid_answers,
-        )
-        with training_args.main_process_first(desc="train features"):
-            train_dataset = train_examples.map(
-                prepare_train_features,
+    def questions(split: str, flag: str, max_samples: int | None, needs_answers: bool):
+        if split not in raw:
+            file_flag = "--train_file" if split == "train" else f"--{split}_file"
+            raise ValueError(f"{flag} needs {split} data ({file_flag} or a Hub dataset); the data has {list(raw)}.")
+        examples = select_samples(raw[split], max_samples)
+        check_squad_columns(examples, f"The {split} data", needs_answers=needs_answers)
+        return examples
+
+    def features(examples: datasets.Dataset, function, split: str) -> datasets.Dataset:
+        with training_args.main_process_first(desc=f"{split} features"):
+            return examples.map(
+                function,
                 fn_kwargs=feature_kwargs,
                 batched=True,
-                remove_columns=train_examples.column_names,
+                remove_columns=examples.column_names,
                 num_proc=data_args.preprocessing_num_workers,
-                desc="Training features",
-            )
-    if training_args.do_eval:
-        if "validation" not in raw:
-            raise ValueError(
-                f"--do_eval needs evaluation data (--validation_file or a Hub dataset); the data has {list(raw)}."
-            )
-        eval_examples = select_samples(raw["validation"], data_args.max_eval_samples)
-        check_squad_columns(eval_examples, "The evaluation data", needs_answers=True)
-        with training_args.main_process_first(desc="evaluation features"):
-            eval_features = eval_examples.map(
-                prepare_validation_features,
-                fn_kwargs=feature_kwargs,
-                batched=True,
-                remove_columns=eval_examples.column_names,
-                num_proc=data_args.preprocessing_num_workers,
-                desc="Evaluation features",
+                desc=f"{split.capitalize()} features",
             )
 
-    trainer = Trainer(model=model, args=training_args, train_dataset=train_dataset, processing_class=tokenizer)
-    metrics = {}
-    if training_args.do_train:
-        train_and_save(trainer, training_args, len(train_dataset))
-    if training_args.do_eval:
+    def answer(examples: datasets.Dataset, split: str, prefix: str) -> dict:
+        """Predict the answers of `examples`, write them (`<prefix>_predictions.json`, ...) and score them (when
+        they have answers); the metrics."""
+        eval_features = features(examples, prepare_validation_features, split)
         output = trainer.predict(
-            eval_features.remove_columns(["example_id", "offset_mapping"]), metric_key_prefix="eval"
+            eval_features.remove_columns(["example_id", "offset_mapping"]), metric_key_prefix=prefix
         )
         answers = postprocess_qa_predictions(
-            eval_examples,
+            examples,
             eval_features,
             output.predictions,
             version_2_with_negative=data_args.version_2_with_negative,
@@ -192,13 +185,54 @@ def main(argv: list[str] | None = None) -> dict:
             max_answer_length=data_args.max_answer_length,
             null_score_diff_threshold=data_args.null_score_diff_threshold,
             output_dir=training_args.output_dir if trainer.is_world_process_zero() else None,
+            prefix=None if prefix == "eval" else prefix,
         )
-        metric = load_metric("squad_v2" if data_args.version_2_with_negative else "squad")
-        predictions, references = metric_inputs(answers, eval_examples, data_args.version_2_with_negative)
-        scores = metric.compute(predictions=predictions, references=references)
-        metrics = {**output.metrics, **{f"eval_{key}": value for key, value in scores.items()}}
-        metrics["eval_samples"] = len(eval_examples)
-        record_metrics(trainer, "eval", metrics)
+        metrics = {**output.metrics, f"{prefix}_samples": len(examples)}
+        answered = (
+            [bool(answers["text"]) for answers in examples["answers"]] if "answers" in examples.column_names else []
+        )
+        if any(answered) and (data_args.version_2_with_negative or all(answered)):
+            metric = load_metric("squad_v2" if data_args.version_2_with_negative else "squad")
+            predictions, references = metric_inputs(answers, examples, data_args.version_2_with_negative)
+            scores = metric.compute(predictions=predictions, references=references)
+            metrics.update({f"{prefix}_{key}": value for key, value in scores.items()})
+        else:
+            logger.info(f"The {split} questions have no answers to score the predictions against.")
+        record_metrics(trainer, prefix, metrics)
+        return metrics
+
+    train_dataset = None
+    if training_args.do_train:
+        train_examples = questions("train", "--do_train", data_args.max_train_samples, needs_answers=True)
+        train_examples = check_training_answers(
+            train_examples,
+            data_args.train_file or data_args.dataset_name,
+            data_args.version_2_with_negative,
+            skip=data_args.skip_invalid_answers,
+        )
+        train_dataset = features(train_examples, prepare_train_features, "train")
+    # Checked before training, so that a missing split does not stop the run after it.
+    eval_examples = (
+        questions("validation", "--do_eval", data_args.max_eval_samples, True) if training_args.do_eval else None
+    )
+    test_examples = (
+        questions("test", "--do_predict", data_args.max_predict_samples, False) if training_args.do_predict else None
+    )
+
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        data_collator=CheckedCollator(DataCollatorWithPadding(tokenizer), input_ids=model.config.vocab_size),
+    )
+    metrics = {}
+    if training_args.do_train:
+        train_and_save(trainer, len(train_dataset), (model_args, data_args, training_args))
+    if training_args.do_eval:
+        metrics = answer(eval_examples, "validation", "eval")
+    if training_args.do_predict:
+        metrics.update(answer(test_examples, "test", "predict"))
     publish(
         trainer,
         training_args,

@@ -65,7 +65,7 @@ def squad_rows(squad, path: str) -> datasets.Dataset:
     for article in squad["data"]:
         for paragraph in article["paragraphs"]:
             for qa in paragraph["qas"]:
-                answers = [] if qa.get("is_impossible", False) else qa["answers"]
+                answers = [] if qa.get("is_impossible", False) else qa.get("answers", [])
                 rows.append(
                     {
                         "id": qa["id"],

@@ -1,12 +1,13 @@
 """Plumbing shared by `run_mlm.py`, `run_glue.py` and `run_squad.py`: arguments, config/tokenizer/model loading,
 local data files, checkpoints and the train/evaluate bookkeeping around the stock `Trainer`."""
 
-import codecs
+import dataclasses
 import difflib
 import json
 import logging
 import os
 import re
+import shutil
 import sys
 import zipfile
 from dataclasses import dataclass, field
@@ -15,11 +16,20 @@ from pathlib import Path
 import datasets
 import torch
 import transformers
+from huggingface_hub.errors import StrictDataclassClassValidationError
 from safetensors import safe_open
-from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, PreTrainedConfig, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    HfArgumentParser,
+    PreTrainedConfig,
+    TrainerCallback,
+    TrainingArguments,
+)
+from transformers.integrations import get_available_reporting_integrations
 
 from ..configuration_gmlp import PRESETS, GMLPConfig
+from ..tokenization_gmlp import check_text_file
 from .model_card import model_card
 
 logger = logging.getLogger(__name__)
@@ -61,6 +71,13 @@ class ModelArguments:
     trust_remote_code: bool = field(
         default=False, metadata={"help": "Allow code from the Hub (not needed for gMLP: importing gmlp registers it)."}
     )
+    ignore_mismatched_sizes: bool = field(
+        default=False,
+        metadata={
+            "help": "Load a checkpoint whose head has another size than this task needs (e.g. 2 labels for a "
+            "3-label task): the head is trained anew, with the data's labels."
+        },
+    )
 
     def hub_kwargs(self) -> dict:
         """The keyword arguments every `from_pretrained` call takes from these options."""
@@ -79,16 +96,18 @@ class RunArguments:
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
-            "help": "Replace the results of an earlier run in --output_dir; without it, an output directory that "
-            "holds another run's results (*_results.json) is refused, so that results never mix."
+            "help": "Start a fresh run in an --output_dir used before: the earlier run's results (*_results.json) "
+            "and checkpoints (checkpoint-*) are removed first, so that nothing of it is mixed in or resumed. Without "
+            "it such a directory is refused (unless --resume_from_checkpoint continues the run in it)."
         },
     )
 
 
-def parse_arguments(dataclass_types, argv: list[str] | None = None):
+def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: str | None = None):
     """Parse the command line (or a single `.json` file of arguments) into the given dataclasses (one of them
     `TrainingArguments`), plus `RunArguments`, and check the run before anything loads: that it has something to do
-    and that its output directory holds no other run's results."""
+    (`no_predict`: why `--do_predict` is refused, for a script without it), that what `--report_to` names is
+    installed, and that its output directory holds nothing of another run."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
         # Under torchrun on a machine without GPUs, Transformers only runs data-parallel (gloo) when told to use the
         # CPU; otherwise every process would train alone.
@@ -121,10 +140,19 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None):
             )
     if training_args.torch_compile:
         pad_every_example_for_compile(parsed)
+    if training_args.do_predict and no_predict:
+        raise ValueError(no_predict)
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise ValueError("Nothing to do: pass --do_train and/or --do_eval (or --do_predict where the script has it).")
+    missing = sorted(set(training_args.report_to) - {"none", "all", *get_available_reporting_integrations()})
+    if missing:
+        raise ValueError(
+            f"--report_to {' '.join(missing)}: not installed. Install it (`pip install {' '.join(missing)}`) or "
+            "report elsewhere (--report_to none logs to the console only)."
+        )
     if training_args.process_index == 0:
-        prepare_output_dir(training_args, run_args.overwrite_output_dir)
+        loads = [getattr(args, name, None) for args in parsed for name in ("model_name_or_path", "tokenizer_name")]
+        prepare_output_dir(training_args, run_args.overwrite_output_dir, [path for path in loads if path])
     return tuple(parsed)
 
 
@@ -150,30 +178,53 @@ def bf16_needs_the_cpu(asks_bf16, uses_cpu) -> bool:
     return True
 
 
-def prepare_output_dir(training_args: TrainingArguments, overwrite: bool) -> None:
-    """Refuse an output directory holding another run's results (or, with `overwrite`, delete those results), and say
-    how to resume when it holds checkpoints that this run would start over from."""
+def checkpoint_folders(output_dir: Path) -> list[Path]:
+    """The Trainer's `checkpoint-N` folders in `output_dir`, oldest (smallest N) first."""
+    numbered = [
+        (int(match.group(1)), child)
+        for child in output_dir.iterdir()
+        if child.is_dir() and (match := re.fullmatch(r"checkpoint-(\d+)", child.name))
+    ]
+    return [child for _, child in sorted(numbered)]
+
+
+def prepare_output_dir(training_args: TrainingArguments, overwrite: bool, loads: list[str] = ()) -> None:
+    """Make `--output_dir` hold nothing of another run: with `overwrite`, remove the earlier run's results and
+    checkpoints (a fresh run); without it, refuse a directory holding them, unless this run resumes from a checkpoint
+    (it then continues the run the directory belongs to). A checkpoint among `loads` (what the run loads) is never
+    removed: that is an error."""
     output_dir = Path(training_args.output_dir)
-    if not output_dir.is_dir():
+    if not output_dir.is_dir() or training_args.resume_from_checkpoint is not None:
         return
-    results = sorted(path.name for path in output_dir.glob("*_results.json"))
-    if results and training_args.resume_from_checkpoint is None:
-        if not overwrite:
-            raise FileExistsError(
-                f"--output_dir {output_dir} holds the results of an earlier run ({', '.join(results)}); this run's "
-                "results would be mixed with them. Choose another --output_dir, or pass --overwrite_output_dir to "
-                "replace them."
-            )
-        for name in results:
-            (output_dir / name).unlink()
-        logger.warning(f"--overwrite_output_dir: removed the earlier run's {', '.join(results)} from {output_dir}")
-    if training_args.do_train and training_args.resume_from_checkpoint is None:
-        last = get_last_checkpoint(str(output_dir))
-        if last is not None:
-            logger.warning(
-                f"{output_dir} holds checkpoints; this run starts from scratch. To continue the earlier run instead, "
-                f"pass --resume_from_checkpoint {last}."
-            )
+    results = sorted(output_dir.glob("*_results.json"))
+    checkpoints = checkpoint_folders(output_dir)
+    loaded = [path for path in checkpoints if any(path.resolve() == Path(name).resolve() for name in loads)]
+    if overwrite and loaded:
+        raise ValueError(
+            f"--overwrite_output_dir would remove {loaded[0]}, which this run loads; choose another --output_dir."
+        )
+    if overwrite and (results or checkpoints):
+        for path in results:
+            path.unlink()
+        for path in checkpoints:
+            shutil.rmtree(path)
+        logger.warning(
+            f"--overwrite_output_dir: removed the earlier run's {', '.join(p.name for p in results + checkpoints)} "
+            f"from {output_dir}; this is a fresh run, and only its own checkpoints can be resumed."
+        )
+    elif results:
+        raise FileExistsError(
+            f"--output_dir {output_dir} holds the results of an earlier run ({', '.join(p.name for p in results)}); "
+            "this run's results would be mixed with them. Choose another --output_dir, or pass "
+            "--overwrite_output_dir to replace them."
+        )
+    elif checkpoints and training_args.do_train:
+        raise FileExistsError(
+            f"--output_dir {output_dir} holds the checkpoints of an earlier run ({checkpoints[-1].name} the newest); "
+            "this run's checkpoints would be mixed with them. Pass --resume_from_checkpoint "
+            f"{output_dir} to continue that run, --overwrite_output_dir to start a fresh one (which removes them), "
+            "or choose another --output_dir."
+        )
 
 
 def setup_logging(training_args: TrainingArguments) -> None:
@@ -242,7 +293,10 @@ def apply_config_overrides(config: PreTrainedConfig, overrides: str) -> None:
         raise ValueError(
             f"--config_overrides {overrides!r}: {error}. Valid keys: {sorted(config.to_dict())}."
         ) from error
-    config.validate()
+    try:
+        config.validate()
+    except StrictDataclassClassValidationError as error:
+        raise ValueError(f"--config_overrides {overrides!r}: {error.__cause__ or error}") from error
     logger.info(f"Config after --config_overrides: {config}")
 
 
@@ -267,9 +321,105 @@ def load_model(auto_class, model_args: ModelArguments, config: PreTrainedConfig)
             problem = weights_problem(Path(model_args.model_name_or_path))
             if problem:
                 raise ValueError(f"Cannot load --model_name_or_path {model_args.model_name_or_path}: {problem}.")
-        return auto_class.from_pretrained(model_args.model_name_or_path, config=config, **model_args.hub_kwargs())
+        return auto_class.from_pretrained(
+            model_args.model_name_or_path,
+            config=config,
+            ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
+            **model_args.hub_kwargs(),
+        )
     logger.info("Training a new model from scratch")
     return auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
+
+
+def has_label_map(config: PreTrainedConfig) -> bool:
+    """Whether `config` names its labels (rather than Transformers' placeholders LABEL_0, LABEL_1, ...)."""
+    return any(name != f"LABEL_{i}" for i, name in config.id2label.items())
+
+
+def choose_labels(
+    config: PreTrainedConfig, names: list[str], model_args: ModelArguments, source: str, ids_allowed: bool = False
+) -> list[str]:
+    """The label names, in id order, of a classifier for data labelled with `names`: a checkpoint's own label map
+    when it has one (so that its ids keep their meaning), else `names`.
+
+    Data labels the checkpoint does not know are an error naming them, unless `--ignore_mismatched_sizes` asks for a
+    new head with the data's labels; with `ids_allowed` (integer labels), labels 0..n-1 may also be the checkpoint's
+    ids.
+    """
+    if not (model_args.model_name_or_path and has_label_map(config)):
+        return list(names)
+    own = [config.id2label[i] for i in range(config.num_labels)]
+    known = {name.lower() for name in own}
+    unknown = [name for name in names if name.lower() not in known]
+    if not unknown:
+        return own
+    listed = ", ".join(f"{i} = {name!r}" for i, name in enumerate(own))
+    if ids_allowed and all(name.isdigit() and int(name) < len(own) for name in names):
+        logger.warning(f"{source}: its labels {', '.join(names)} are taken as the model's label ids ({listed}).")
+        return own
+    if model_args.ignore_mismatched_sizes:
+        head = "a new head" if len(names) != len(own) else "its head, whose rows now stand for the new labels"
+        logger.warning(
+            f"--ignore_mismatched_sizes: {source} has labels the model does not know ({', '.join(unknown)}); "
+            f"fine-tuning {head}, with the data's labels {', '.join(names)} in place of the model's ({listed})."
+        )
+        return list(names)
+    raise ValueError(
+        f"{source}: label(s) {', '.join(map(repr, unknown))} are not labels of the model "
+        f"{model_args.model_name_or_path} (its labels: {listed}). Use the model's labels, or pass "
+        "--ignore_mismatched_sizes to fine-tune a new classification head on the data's labels."
+    )
+
+
+def set_labels(config: PreTrainedConfig, names: list[str] | None) -> None:
+    """Make `config` a classifier of the labels `names` (in id order), or a regression model (`names` None)."""
+    if names is None:
+        config.num_labels = 1
+        config.problem_type = "regression"
+    else:
+        config.id2label = dict(enumerate(names))
+        config.label2id = {name: i for i, name in enumerate(names)}
+        config.problem_type = "single_label_classification"
+
+
+def check_vocabulary(tokenizer, model) -> None:
+    """Raise ValueError when `tokenizer` has more tokens than `model` has embeddings (its ids past the model's
+    vocabulary would index past them)."""
+    size = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > size:
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {size} (vocab_size): its ids "
+            f"from {size} on have no embedding. Use the model's own tokenizer (--tokenizer_name), or, training from "
+            f"scratch, --config_overrides vocab_size={len(tokenizer)}."
+        )
+
+
+class CheckedCollator:
+    """`collator`, then a check of each batch on the CPU, before it reaches the device: its `input_ids` below
+    `input_ids` (the model's vocabulary size) and its integer `labels` below `labels` (the number of classes, or the
+    vocabulary size for a language model), or -100. A bad id thus gives this clear error on every device (on an
+    accelerator, an embedding or a loss fails with a device-side assert), at no per-step synchronisation."""
+
+    ADVICE = {
+        "input_ids": "the tokenizer does not match the model's vocabulary (vocab_size); use the model's own tokenizer.",
+        "labels": "labels must be mapped to the model's label ids (num_labels).",
+    }
+
+    def __init__(self, collator, **limits: int | None):
+        self.collator, self.limits = collator, limits
+
+    def __call__(self, examples):
+        batch = self.collator(examples)
+        for key, limit in self.limits.items():
+            values = batch.get(key)
+            if limit is None or not isinstance(values, torch.Tensor) or values.is_floating_point():
+                continue
+            bad = values[((values < 0) & (values != -100)) | (values >= limit)]
+            if bad.numel():
+                raise ValueError(
+                    f"A batch holds {key} {bad[0].item()}, outside the model's ids 0..{limit - 1}: {self.ADVICE[key]}"
+                )
+        return batch
 
 
 def check_max_seq_length(max_seq_length: int | None, config: PreTrainedConfig, tokenizer) -> int:
@@ -337,26 +487,6 @@ def has_a_row_after_the_header(path: str) -> bool:
     with open(path, encoding="utf-8-sig") as file:
         non_blank = (line for line in file if line.strip())
         return next(non_blank, None) is not None and next(non_blank, None) is not None
-
-
-def check_text_file(path: str, what: str) -> None:
-    """Raise ValueError naming `path` if it is empty, blank or not UTF-8 text."""
-    blank = True
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    with open(path, "rb") as file:
-        offset = 0
-        while chunk := file.read(1 << 20):
-            try:
-                text = decoder.decode(chunk)
-            except UnicodeDecodeError as error:
-                raise ValueError(
-                    f"{what} {path} is not UTF-8 text (byte {offset + error.start}: {error.reason}); convert it, "
-                    "e.g. `iconv -f latin1 -t utf-8`."
-                ) from None
-            blank = blank and not text.strip()
-            offset += len(chunk)
-    if blank:
-        raise ValueError(f"{what} {path} is empty (or holds only blank lines).")
 
 
 def load_dataset_or_saved(name: str, config_name: str | None = None, **kwargs) -> datasets.DatasetDict:
@@ -439,18 +569,14 @@ def resolve_checkpoint(training_args: TrainingArguments) -> str | None:
     folder = Path(path)
     if not folder.is_dir():
         raise FileNotFoundError(f"--resume_from_checkpoint {path!r} is not a directory; pass a checkpoint-* folder.")
-    numbered = [
-        (int(match.group(1)), child)
-        for child in folder.iterdir()
-        if child.is_dir() and (match := re.fullmatch(r"checkpoint-(\d+)", child.name))
-    ]
+    numbered = checkpoint_folders(folder)
     if not numbered:
         problem = checkpoint_problem(folder)
         if problem:
             raise ValueError(f"Cannot resume from --resume_from_checkpoint {path}: {problem}.")
         return str(folder)
     skipped = []
-    for _, checkpoint in sorted(numbered, reverse=True):
+    for checkpoint in reversed(numbered):
         problem = checkpoint_problem(checkpoint)
         if problem is None:
             for name, reason in skipped:
@@ -462,9 +588,68 @@ def resolve_checkpoint(training_args: TrainingArguments) -> str | None:
     raise ValueError(f"No complete checkpoint to resume from in {path} ({reasons}).")
 
 
-def train_and_save(trainer, training_args: TrainingArguments, num_train_samples: int | None) -> None:
-    """Train (resuming if asked), save the model and tokenizer, and log/save the train metrics and state."""
-    train_result = trainer.train(resume_from_checkpoint=resolve_checkpoint(training_args))
+# Settings that may change when a run is resumed without changing what it trains: where and how often it reports
+# and saves, what it evaluates, and how long it goes on.
+BOOKKEEPING = re.compile(
+    r"eval|predict|test|log|hub|report|save|^do_|output_dir|resume|run_name|max_steps|num_train_epochs|^token$|cache_dir"
+)
+RUN_SETTINGS = "run_settings.json"
+
+
+def run_settings(arguments) -> dict:
+    """The settings of a run that shape its training: every field of its argument dataclasses but bookkeeping."""
+    settings = {}
+    for args in arguments:
+        values = args.to_dict() if isinstance(args, TrainingArguments) else dataclasses.asdict(args)
+        settings.update({key: value for key, value in values.items() if not BOOKKEEPING.search(key)})
+    return json.loads(json.dumps(settings, default=str))
+
+
+class RunSettingsCallback(TrainerCallback):
+    """Writes the run's settings into every checkpoint it saves (`run_settings.json`), so that a resume can tell
+    whether the checkpoint was written by a run with other settings."""
+
+    def __init__(self, settings: dict):
+        self.settings = settings
+
+    def on_save(self, args, state, control, **kwargs):
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and checkpoint.is_dir():
+            (checkpoint / RUN_SETTINGS).write_text(json.dumps(self.settings, indent=1, sort_keys=True))
+
+
+def compare_settings(checkpoint: str, settings: dict) -> None:
+    """Log each setting in which the run that wrote `checkpoint` differs from this one."""
+    path = Path(checkpoint) / RUN_SETTINGS
+    if not path.is_file():
+        logger.warning(f"{checkpoint} does not say which settings wrote it ({RUN_SETTINGS}); they are not compared.")
+        return
+    saved = json.loads(path.read_text())
+    changed = [
+        f"{key} {saved.get(key)!r} (this run: {settings.get(key)!r})"
+        for key in sorted(set(saved) | set(settings))
+        if saved.get(key) != settings.get(key)
+    ]
+    if changed:
+        logger.warning(
+            f"{checkpoint} was written by a run with other settings: {'; '.join(changed)}. The optimizer and "
+            "learning-rate schedule continue from the checkpoint's."
+        )
+
+
+def train_and_save(trainer, num_train_samples: int | None, arguments) -> None:
+    """Train (resuming if asked), save the model and tokenizer, and log/save the train metrics and state.
+
+    `arguments` are the run's parsed argument dataclasses: their settings go into every checkpoint, and are compared
+    with those of the checkpoint a resume starts from.
+    """
+    training_args = trainer.args
+    settings = run_settings(arguments)
+    trainer.add_callback(RunSettingsCallback(settings))
+    checkpoint = resolve_checkpoint(training_args)
+    if checkpoint is not None:
+        compare_settings(checkpoint, settings)
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
     logger.info(f"Trained as {type(trainer.model_wrapped).__name__} in {training_args.world_size} process(es)")
     trainer.save_model()
     metrics = train_result.metrics
@@ -485,10 +670,11 @@ def publish(
     trainer, training_args: TrainingArguments, model_args: ModelArguments, task: str, dataset: str | None = None
 ) -> None:
     """Write the model card (`gmlp.model_card`: what the model is, how to load it, its data and results) into the
-    output directory, and push to the Hub with `--push_to_hub`."""
+    output directory of a run that trained (a run that did not saved no model to describe), and push to the Hub with
+    `--push_to_hub`."""
 
     def write_card(**_trainer_card_arguments):
-        if not trainer.is_world_process_zero():
+        if not trainer.is_world_process_zero() or not training_args.do_train:
             return
         output_dir = Path(training_args.output_dir)
         results = output_dir / "all_results.json"
@@ -511,7 +697,7 @@ def publish(
             base_model=model_args.model_name_or_path,
             dataset=dataset,
             metrics=json.loads(results.read_text()) if results.is_file() else None,
-            hyperparameters=hyperparameters if training_args.do_train else None,
+            hyperparameters=hyperparameters,
         )
         (output_dir / "README.md").write_text(card, encoding="utf-8")
 
