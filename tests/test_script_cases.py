@@ -443,3 +443,54 @@ def test_the_collator_checks_ids_before_the_model_sees_them(tokenizer_dir, tmp_p
     with pytest.raises(ValueError, match="A batch holds labels 5"):
         trainer.train()
     assert calls == []
+
+
+# ---- issue 23, part 6: a name that resolves nowhere ------------------------------------------------------------------
+UNRESOLVED = {
+    # name: (script, arguments, what the message must say)
+    "a misspelt preset": (
+        run_mlm.main,
+        ["--config_name", "amlp-smal", "--do_train"],
+        r"--config_name 'amlp-smal' is neither a preset nor a directory, and the Hub could not be reached.*Presets: gmlp-",
+    ),
+    "a checkpoint nowhere": (
+        run_glue.main,
+        ["--model_name_or_path", "nowhere/model", "--task_name", "sst2", "--do_eval"],
+        r"--model_name_or_path 'nowhere/model' is not a directory, and the Hub could not be reached",
+    ),
+    "a preset as a checkpoint": (
+        run_squad.main,
+        ["--model_name_or_path", "gmlp-tiny", "--dataset_name", "rajpurkar/squad", "--do_train"],
+        r"--model_name_or_path gmlp-tiny is a preset, not a checkpoint: pass it as --config_name",
+    ),
+    "a tokenizer nowhere": (
+        run_glue.main,
+        [
+            "--config_name",
+            "gmlp-tiny",
+            "--tokenizer_name",
+            "nowhere-tokenizer",
+            "--train_file",
+            "{train}",
+            "--do_train",
+        ],
+        r"--tokenizer_name 'nowhere-tokenizer' is not a directory, and the Hub could not be reached",
+    ),
+    "a misspelt vision preset": (
+        run_image_classification.main,
+        ["--config_name", "gmlp-s61", "--do_train"],
+        r"--config_name 'gmlp-s61' is neither a preset nor a directory, and the Hub could not be reached.*'gmlp-s16'\?",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNRESOLVED))
+def test_a_name_that_resolves_nowhere_lists_the_presets_and_says_the_hub_could_not_be_reached(
+    case, tmp_path, monkeypatch
+):
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # as CI runs; no lookup leaves the machine
+    script, arguments, message = UNRESOLVED[case]
+    train = csv_file(tmp_path / "train.csv", LABELLED)
+    arguments = [argument.format(train=train) for argument in arguments]
+    with pytest.raises(ValueError, match=message):
+        script([*arguments, "--output_dir", str(tmp_path / "out"), "--report_to", "none"])
