@@ -54,8 +54,8 @@ def load_squad_json(path: str, document=None) -> datasets.Dataset:
 
 
 def load_squad_files(data_files: dict[str, str | None], cache_dir: str | None = None) -> datasets.DatasetDict:
-    """SQuAD splits from local files: official SQuAD JSON (a `.json` document with a "data" list), or files with the
-    Hub's columns (`id`, `question`, `context`, `answers`) in any format `load_data_files` reads."""
+    """SQuAD splits from local files: SQuAD's official JSON, or files with the Hub's columns that `load_data_files`
+    reads."""
     splits = {}
     for split, path in data_files.items():
         if path is None:
@@ -190,16 +190,10 @@ def postprocess_qa_predictions(
     output_dir: str | None = None,
     prefix: str | None = None,
 ) -> dict[str, str]:
-    """The answer text of every example from the start/end logits of its features.
-
-    For each feature the `n_best_size` best start and end positions are paired into spans of the context at most
-    `max_answer_length` tokens long; an example's answer is its best span over all its features. With
-    `version_2_with_negative`, the answer is empty when the null score (start and end at [CLS]) beats the best span's
-    score by more than `null_score_diff_threshold`.
-
-    With `output_dir`, writes `predictions.json` ({id: text}, SQuAD's official format), `nbest_predictions.json`
-    and, for v2.0, `null_odds.json` there (prefixed by `prefix_`).
-    """
+    """The answer of every example: its best span over its features' `n_best_size` best starts and ends, at most
+    `max_answer_length` tokens long; with `version_2_with_negative`, no answer where the null score (start and end at
+    [CLS]) beats that span's by more than `null_score_diff_threshold`. With `output_dir`, also written there
+    (`[prefix_]predictions.json` in SQuAD's official format, `nbest_predictions.json`, v2.0's `null_odds.json`)."""
     all_start_logits, all_end_logits = predictions
     if len(all_start_logits) != len(features):
         raise ValueError(f"Got {len(all_start_logits)} predictions for {len(features)} features.")
