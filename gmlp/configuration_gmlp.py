@@ -121,6 +121,10 @@ class GMLPBlockConfig(PreTrainedConfig):
             )
         if self.spatial_init_eps < 0:
             raise ValueError(f"`spatial_init_eps` must be non-negative, got {self.spatial_init_eps}.")
+        if not self.layer_norm_eps > 0:
+            raise ValueError(
+                f"`layer_norm_eps` must be positive (it keeps LayerNorm finite), got {self.layer_norm_eps}."
+            )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)}.")
@@ -220,9 +224,10 @@ class GMLPConfig(GMLPBlockConfig):
     def validate_architecture(self):
         """Part of `@strict`-powered validation: reject sizes and options the model cannot be built with."""
         self._validate_block(positive=("vocab_size",))
-        if self.max_position_embeddings < 1:
+        if self.max_position_embeddings < 2:
             raise ValueError(
-                f"`max_position_embeddings` (the spatial size n) must be at least 1, got {self.max_position_embeddings}."
+                f"`max_position_embeddings` (the spatial size n) must be at least 2, got {self.max_position_embeddings}: "
+                "with one token, the spatial gating unit has no other token to mix."
             )
         if self.classifier_pooling not in CLASSIFIER_POOLINGS:
             raise ValueError(

@@ -15,6 +15,7 @@ Command line:
 """
 
 import argparse
+import codecs
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -90,6 +91,11 @@ def train_tokenizer(
         tokenizer.train(files, trainer)
     else:
         tokenizer.train_from_iterator(_iter_texts(texts, text_column), trainer)
+    if tokenizer.get_vocab_size() <= len(SPECIAL_TOKENS):
+        named = f" ({', '.join(files)})" if files else ""
+        raise ValueError(
+            f"The training text{named} is empty or blank: the tokenizer learned no token but the special ones."
+        )
 
     tokenizer.post_processor = _bert_post_processor(tokenizer)
     return _wrap(tokenizer, model_max_length)
@@ -156,7 +162,28 @@ def _as_file_list(texts) -> list[str] | None:
                 "strings as file paths; to train on in-memory texts pass an iterator such as iter(texts), "
                 "or a datasets.Dataset."
             )
+        check_text_file(os.fspath(path), "The training file")
     return [os.fspath(path) for path in paths]
+
+
+def check_text_file(path: str, what: str) -> None:
+    """Raise ValueError naming `path` (as `what`, e.g. "The train file") if it is empty, blank or not UTF-8 text."""
+    blank = True
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with open(path, "rb") as file:
+        offset = 0
+        while chunk := file.read(1 << 20):
+            try:
+                text = decoder.decode(chunk)
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"{what} {path} is not UTF-8 text (byte {offset + error.start}: {error.reason}); convert it, "
+                    "e.g. `iconv -f latin1 -t utf-8`."
+                ) from None
+            blank = blank and not text.strip()
+            offset += len(chunk)
+    if blank:
+        raise ValueError(f"{what} {path} is empty (or holds only blank lines).")
 
 
 def _iter_texts(texts: Iterable, text_column: str) -> Iterator[str]:

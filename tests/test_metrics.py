@@ -6,8 +6,7 @@ from pathlib import Path
 import evaluate
 import pytest
 
-from gmlp.tasks.metrics import METRIC_NAMES, load_metric, metric_path
-from gmlp.tasks.metrics.squad.squad import normalize_answer
+from gmlp.tasks.metrics import METRIC_NAMES, load_metric, metric_path, normalize_answer
 
 # Binary labels with 3 true positives, 1 true negative, 1 false positive and 1 false negative.
 BINARY_PREDICTIONS = [1, 0, 1, 1, 0, 1]

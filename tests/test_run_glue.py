@@ -167,7 +167,11 @@ def test_custom_json_labels_are_the_training_labels(tmp_path, tokenizer_dir):
             ["--task_name", "sst2"],
             r"train.tsv, line 3: label '2' is not a sst2 label; the labels are 0 = 'negative'",
         ),
-        ("columns", ["--task_name", "sst2"], r"has no column\(s\) \['sentence'\] \(its header: \['text', 'label'\]\)"),
+        (
+            "columns",
+            ["--task_name", "sst2"],
+            r"has no column\(s\) \['sentence'\] \(its columns: \['text', 'label'\]\)",
+        ),
         ("none", ["--task_name", "rte"], r"No RTE folder in --glue_dir"),
         (
             "none",

@@ -1,10 +1,10 @@
-"""GLUE for `run_glue.py`: the task table, readers of GLUE's official TSV folders, label checks and metrics.
+"""GLUE for `run_glue.py`: the tasks, GLUE's own folders, custom files, label checks and the metric.
 
 Every dataset this module returns has the columns and label names of the Hub's `nyu-mll/glue` (e.g. `sentence1`,
 `sentence2`, `label`, `idx`), whether it comes from the Hub, a GLUE folder or a csv/json file.
 """
 
-import csv
+import logging
 import math
 import os
 from dataclasses import dataclass
@@ -13,7 +13,9 @@ import datasets
 import numpy as np
 
 from .metrics import load_metric
-from .training import check_text_file, require_columns
+from .training import load_data_files, require_columns
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -24,9 +26,9 @@ class TextClassificationTask:
     name: str
     text_columns: tuple[str, ...]  # Hub column names, e.g. ("sentence1", "sentence2")
     label_names: tuple[str, ...] | None  # None for regression (STS-B)
-    folder: str | None = None  # the task's folder in GLUE's data layout, e.g. "SST-2"
+    folder: str | None = None  # the task's folder in GLUE's layout, e.g. "SST-2"
     tsv_columns: dict[str, str] | None = None  # Hub column -> TSV header field ("label" included)
-    headerless_fields: tuple[str, ...] | None = None  # field names of CoLA's train/dev files, which have no header
+    headerless_fields: tuple[str, ...] | None = None  # the fields of CoLA's train/dev files, which have no header
     eval_splits: tuple[str, ...] = ("validation",)
     test_splits: tuple[str, ...] = ("test",)
     ids_allowed: bool = True  # labels may be given as ids (0, 1, ...) as well as names
@@ -40,88 +42,38 @@ class TextClassificationTask:
         return 1 if self.is_regression else len(self.label_names)
 
 
-_PAIR = {"sentence1": "sentence1", "sentence2": "sentence2"}
+def glue_task(name, folder, text_columns, label_names, tsv_fields, **kwargs) -> TextClassificationTask:
+    """A GLUE task whose TSV fields `tsv_fields` hold its text columns and then its label."""
+    tsv_columns = dict(zip((*text_columns, "label"), tsv_fields))
+    return TextClassificationTask(name, text_columns, label_names, folder, tsv_columns, **kwargs)
+
+
+PAIR = ("sentence1", "sentence2")
+MNLI_SPLITS = {"eval_splits": ("validation_matched", "validation_mismatched")}
+MNLI_SPLITS["test_splits"] = ("test_matched", "test_mismatched")
 GLUE_TASKS = {
     task.name: task
     for task in [
-        TextClassificationTask(
-            name="cola",
-            folder="CoLA",
-            text_columns=("sentence",),
-            label_names=("unacceptable", "acceptable"),
-            tsv_columns={"sentence": "sentence", "label": "label"},
-            headerless_fields=("source", "label", "orig_label", "sentence"),
-        ),
-        TextClassificationTask(
-            name="sst2",
-            folder="SST-2",
-            text_columns=("sentence",),
-            label_names=("negative", "positive"),
-            tsv_columns={"sentence": "sentence", "label": "label"},
-        ),
-        TextClassificationTask(
-            name="mrpc",
-            folder="MRPC",
-            text_columns=("sentence1", "sentence2"),
-            label_names=("not_equivalent", "equivalent"),
-            tsv_columns={"sentence1": "#1 String", "sentence2": "#2 String", "label": "Quality"},
-        ),
-        TextClassificationTask(
-            name="stsb",
-            folder="STS-B",
-            text_columns=("sentence1", "sentence2"),
-            label_names=None,
-            tsv_columns={**_PAIR, "label": "score"},
-        ),
-        TextClassificationTask(
-            name="qqp",
-            folder="QQP",
-            text_columns=("question1", "question2"),
-            label_names=("not_duplicate", "duplicate"),
-            tsv_columns={"question1": "question1", "question2": "question2", "label": "is_duplicate"},
-        ),
-        TextClassificationTask(
-            name="mnli",
-            folder="MNLI",
-            text_columns=("premise", "hypothesis"),
-            label_names=("entailment", "neutral", "contradiction"),
-            tsv_columns={"premise": "sentence1", "hypothesis": "sentence2", "label": "gold_label"},
-            eval_splits=("validation_matched", "validation_mismatched"),
-            test_splits=("test_matched", "test_mismatched"),
-        ),
-        TextClassificationTask(
-            name="qnli",
-            folder="QNLI",
-            text_columns=("question", "sentence"),
-            label_names=("entailment", "not_entailment"),
-            tsv_columns={"question": "question", "sentence": "sentence", "label": "label"},
-        ),
-        TextClassificationTask(
-            name="rte",
-            folder="RTE",
-            text_columns=("sentence1", "sentence2"),
-            label_names=("entailment", "not_entailment"),
-            tsv_columns={**_PAIR, "label": "label"},
-        ),
-        TextClassificationTask(
-            name="wnli",
-            folder="WNLI",
-            text_columns=("sentence1", "sentence2"),
-            label_names=("not_entailment", "entailment"),
-            tsv_columns={**_PAIR, "label": "label"},
-        ),
+        glue_task("cola", "CoLA", ("sentence",), ("unacceptable", "acceptable"), ("sentence", "label"),
+                  headerless_fields=("source", "label", "orig_label", "sentence")),
+        glue_task("sst2", "SST-2", ("sentence",), ("negative", "positive"), ("sentence", "label")),
+        glue_task("mrpc", "MRPC", PAIR, ("not_equivalent", "equivalent"), ("#1 String", "#2 String", "Quality")),
+        glue_task("stsb", "STS-B", PAIR, None, (*PAIR, "score")),
+        glue_task("qqp", "QQP", ("question1", "question2"), ("not_duplicate", "duplicate"),
+                  ("question1", "question2", "is_duplicate")),
+        glue_task("mnli", "MNLI", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"),
+                  (*PAIR, "gold_label"), **MNLI_SPLITS),
+        glue_task("qnli", "QNLI", ("question", "sentence"), ("entailment", "not_entailment"),
+                  ("question", "sentence", "label")),
+        glue_task("rte", "RTE", PAIR, ("entailment", "not_entailment"), (*PAIR, "label")),
+        glue_task("wnli", "WNLI", PAIR, ("not_entailment", "entailment"), (*PAIR, "label")),
     ]
-}
-
-# Split -> file stem in GLUE's layout.
-SPLIT_FILES = {
-    "train": "train",
-    "validation": "dev",
-    "validation_matched": "dev_matched",
-    "validation_mismatched": "dev_mismatched",
-    "test": "test",
-    "test_matched": "test_matched",
-    "test_mismatched": "test_mismatched",
+}  # fmt: skip
+SPLIT_FILES = {"train": "train", "validation": "dev", "test": "test"}  # split -> file stem in GLUE's layout
+SPLIT_FILES |= {
+    f"{split}_{kind}": f"{SPLIT_FILES[split]}_{kind}"
+    for split in ("validation", "test")
+    for kind in ("matched", "mismatched")
 }
 
 
@@ -133,24 +85,10 @@ def get_task(name: str) -> TextClassificationTask:
     return GLUE_TASKS[key]
 
 
-def dataset_features(task: TextClassificationTask) -> datasets.Features:
-    """The Hub's features for `task`: the text columns, `label` (a ClassLabel, or float32 for STS-B) and `idx`."""
-    label = datasets.Value("float32") if task.is_regression else datasets.ClassLabel(names=list(task.label_names))
-    return datasets.Features(
-        {
-            **{column: datasets.Value("string") for column in task.text_columns},
-            "label": label,
-            "idx": datasets.Value("int32"),
-        }
-    )
-
-
 def load_glue_dir(glue_dir: str, task: TextClassificationTask, splits) -> datasets.DatasetDict:
-    """The `splits` of `task` from a GLUE folder (`<glue_dir>/<folder>/{train,dev,test}.tsv`, GLUE's own layout).
-
-    A split may also be a `.jsonl` file with the Hub's column names (e.g. MNLI's `dev_matched.jsonl`). Test files
-    have no labels: their `label` is -1, as on the Hub.
-    """
+    """The `splits` of `task` from a GLUE folder (`<glue_dir>/<folder>/{train,dev,test}.tsv`, GLUE's own layout), or
+    `.jsonl` files there with the Hub's columns (e.g. MNLI's `dev_matched.jsonl`). Test files have no labels: their
+    `label` is -1, as on the Hub."""
     task_dir = os.path.join(glue_dir, task.folder)
     if not os.path.isdir(task_dir):
         raise FileNotFoundError(
@@ -158,91 +96,48 @@ def load_glue_dir(glue_dir: str, task: TextClassificationTask, splits) -> datase
         )
     result = {}
     for split in splits:
-        stem = os.path.join(task_dir, SPLIT_FILES[split])
-        if os.path.isfile(stem + ".tsv"):
-            path = stem + ".tsv"
-            check_text_file(path, f"The {split} file")
-            rows = read_glue_tsv(path, task, is_test=split.startswith("test"))
-        elif os.path.isfile(stem + ".jsonl"):
-            path = stem + ".jsonl"
-            check_text_file(path, f"The {split} file")
-            rows = read_glue_jsonl(path, task)
-        else:
+        stem, is_test = os.path.join(task_dir, SPLIT_FILES[split]), split.startswith("test")
+        path = next((stem + ext for ext in (".tsv", ".jsonl") if os.path.isfile(stem + ext)), None)
+        if path is None:
             raise FileNotFoundError(
                 f"The {split} split of {task.name} needs {stem}.tsv (GLUE's layout) or {stem}.jsonl; neither exists."
             )
-        if not rows:
-            raise ValueError(f"The {split} file {path} has no examples (only a header).")
-        result[split] = datasets.Dataset.from_list(rows, features=dataset_features(task))
+        if path.endswith(".jsonl"):
+            dataset = load_data_files({split: path})[split]
+            result[split] = encode_task_labels(dataset, task, path, labelled=not is_test, first_line=1)
+            continue
+        headerless = task.headerless_fields if task.headerless_fields and not is_test else None
+        dataset = load_data_files({split: path}, column_names=headerless, na_filter=False)[split]
+        dataset = dataset.cast(datasets.Features(dict.fromkeys(dataset.column_names, datasets.Value("string"))))
+        fields = {source: column for column, source in task.tsv_columns.items() if not (is_test and column == "label")}
+        require_columns(dataset, fields, path, hint=f"Is it GLUE's {task.folder} file?")
+        short = min((i for source in fields for i, value in enumerate(dataset[source]) if value is None), default=None)
+        if short is not None:
+            raise ValueError(f"{path}, line {short + (1 if headerless else 2)}: fewer fields than the header's.")
+        fields |= {"index": "idx"} if "index" in dataset.column_names else {}
+        dataset = dataset.select_columns(list(fields)).rename_columns({s: c for s, c in fields.items() if s != c})
+        result[split] = encode_task_labels(
+            dataset, task, path, labelled=not is_test, first_line=1 if headerless else 2
+        )
     return datasets.DatasetDict(result)
 
 
-def read_glue_tsv(path: str, task: TextClassificationTask, is_test: bool = False) -> list[dict]:
-    """The examples of one GLUE TSV file, with the Hub's columns; labels checked and mapped to ids."""
-    # GLUE's sentences contain unbalanced `"`, so no quoting; MRPC's header starts with a byte-order mark.
-    with open(path, encoding="utf-8-sig", newline="") as file:
-        reader = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
-        if task.headerless_fields and not is_test:
-            header = list(task.headerless_fields)
-        else:
-            header = next(reader)
-        wanted = {column: source for column, source in task.tsv_columns.items() if not (is_test and column == "label")}
-        missing = [source for source in wanted.values() if source not in header]
-        if missing:
-            raise ValueError(
-                f"{path} has no column(s) {missing} (its header: {header}); is it GLUE's {task.folder} file?"
-            )
-        positions = {column: header.index(source) for column, source in wanted.items()}
-        # MNLI's gold label is the last column, after a variable number of annotator labels.
-        if task.name == "mnli" and "label" in positions:
-            positions["label"] = -1
-        index_position = header.index("index") if "index" in header else None
-        rows = []
-        first_line = 1 if task.headerless_fields and not is_test else 2
-        for line_number, fields in enumerate(reader, start=first_line):
-            if len(fields) <= max(position for position in positions.values()):
-                raise ValueError(
-                    f"{path}, line {line_number}: {len(fields)} fields, fewer than the header's {len(header)}."
-                )
-            row = {column: fields[position] for column, position in positions.items()}
-            row["label"] = -1 if is_test else encode_label(row["label"], task, f"{path}, line {line_number}")
-            row["idx"] = int(fields[index_position]) if index_position is not None else len(rows)
-            rows.append(row)
-    return rows
-
-
-def read_glue_jsonl(path: str, task: TextClassificationTask) -> list[dict]:
-    """The examples of a JSON-lines file with the Hub's column names (labels as names or ids)."""
-    dataset = datasets.load_dataset("json", data_files=path, split="train")
-    require_columns(dataset, (*task.text_columns, "label"), path)
-    return [
-        {
-            **{column: example[column] for column in task.text_columns},
-            "label": encode_label(example["label"], task, f"{path}, line {index + 1}"),
-            "idx": example.get("idx", index),
-        }
-        for index, example in enumerate(dataset)
-    ]
-
-
 def encode_label(value, task: TextClassificationTask, where: str) -> int | float:
-    """`value` (a label name, or an id as int or string) as the task's label id, or as a float for regression.
-
-    Raises ValueError naming `where` and the task's labels for a value that is not one of them.
-    """
+    """`value` (a label name, or an id as int or string) as the task's label id, or as a float for regression; an
+    error naming `where` and the task's labels for a value that is not one of them."""
     if task.is_regression:
         try:
             return float(value)
         except (TypeError, ValueError):
             raise ValueError(f"{where}: label {value!r} is not a number; {task.name} is a regression task.") from None
+    label_id = None
     if isinstance(value, str):
-        if value in task.label_names:
-            return task.label_names.index(value)
+        names = [name.lower() for name in task.label_names]
+        if value.lower() in names:
+            return names.index(value.lower())
         label_id = int(value) if value.isdigit() and task.ids_allowed else None
-    elif isinstance(value, float) and value.is_integer() and task.ids_allowed:
+    elif isinstance(value, int | float) and float(value).is_integer() and task.ids_allowed:
         label_id = int(value)  # a csv column of ids is read as floats when a cell is empty elsewhere
-    else:
-        label_id = value if isinstance(value, int) and task.ids_allowed else None
     if label_id is None or not 0 <= label_id < task.num_labels:
         raise ValueError(
             f"{where}: label {value!r} is not a {task.name} label; the labels are "
@@ -252,7 +147,7 @@ def encode_label(value, task: TextClassificationTask, where: str) -> int | float
 
 
 def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
-    """Raise ValueError naming the examples of `dataset` (read from `source`) whose label is empty."""
+    """An error naming the examples of `dataset` (read from `source`) whose label is empty."""
     blank = [
         index
         for index, value in enumerate(dataset["label"])
@@ -268,43 +163,59 @@ def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
         )
 
 
-def encode_task_labels(
-    dataset: datasets.Dataset, task: TextClassificationTask, source: str, labelled: bool = True
-) -> datasets.Dataset:
-    """A csv/json `dataset` with `task`'s columns, its labels checked and cast to the task's label ids (-1, as on
-    the Hub, for an unlabelled test set)."""
+def encode_task_labels(dataset, task: TextClassificationTask, source: str, labelled=True, first_line=None):
+    """`dataset` with `task`'s Hub columns and features, its labels checked and encoded as the task's ids (-1, as on
+    the Hub, when not `labelled`). An error names its row: by its line in `source` when `first_line` (that of the
+    first example) is given, else by its index."""
     columns = (*task.text_columns, "label") if labelled else task.text_columns
-    require_columns(dataset, columns, f"{source} (--task_name {task.name})")
+    require_columns(dataset, columns, f"{source} (--task_name {task.name})", hint=glue_file_hint(dataset, task))
+    labels = [-1] * len(dataset)
     if labelled:
         check_no_blank_labels(dataset, source)
-    if not labelled:
-        values = None
-    elif task.ids_allowed or task.is_regression:
-        values = dataset["label"]
-    else:
-        values = [str(value) for value in dataset["label"]]
-    if values is None:
-        labels = [-1] * len(dataset)
-    else:
-        labels = [encode_label(value, task, f"{source}, example {i}") for i, value in enumerate(values)]
-    if "label" in dataset.column_names:
-        dataset = dataset.remove_columns("label")
-    dataset = dataset.add_column("label", labels)
+        where = f"{source}, line {{}}" if first_line is not None else f"{source}, example {{}}"
+        values = dataset["label"] if task.ids_allowed or task.is_regression else map(str, dataset["label"])
+        labels = [encode_label(value, task, where.format(i + (first_line or 0))) for i, value in enumerate(values)]
+    dataset = dataset.remove_columns([c for c in ("label",) if c in dataset.column_names]).add_column("label", labels)
     if "idx" not in dataset.column_names:
         dataset = dataset.add_column("idx", list(range(len(dataset))))
-    return dataset.select_columns(list(dataset_features(task))).cast(dataset_features(task))
+    label = datasets.Value("float32") if task.is_regression else datasets.ClassLabel(names=list(task.label_names))
+    features = {
+        **dict.fromkeys(task.text_columns, datasets.Value("string")),
+        "label": label,
+        "idx": datasets.Value("int32"),
+    }
+    return dataset.select_columns(list(features)).cast(datasets.Features(features))
 
 
-def custom_task(train: datasets.Dataset, source: str) -> TextClassificationTask:
-    """A task for a custom csv/json dataset: its text columns, and its labels (the sorted distinct training labels,
-    as strings, or regression for float labels)."""
-    require_columns(train, ["label"], source)
-    check_no_blank_labels(train, source)
-    text_columns = infer_text_columns(train.column_names)
-    if train.features["label"].dtype.startswith("float"):
-        return TextClassificationTask(name="custom", text_columns=text_columns, label_names=None)
-    label_names = tuple(sorted({str(label) for label in train["label"]}))
-    return TextClassificationTask(name="custom", text_columns=text_columns, label_names=label_names, ids_allowed=False)
+def glue_file_hint(dataset, task: TextClassificationTask | None = None) -> str:
+    """What to do about a file without the expected columns: read it with --glue_dir if its header is that of one of
+    GLUE's own TSV files, else rename its columns."""
+    header = {column.lstrip("\ufeff") for column in dataset.column_names}
+    for glue in [task] if task and task.tsv_columns else GLUE_TASKS.values():
+        if set(glue.tsv_columns.values()) <= header:
+            return (
+                f"It is GLUE's own {glue.folder} file: read it with --task_name {glue.name} --glue_dir DIR, where DIR "
+                f"holds {glue.folder}/train.tsv and {glue.folder}/dev.tsv (GLUE's layout)."
+            )
+    text = "/".join(task.text_columns) if task else "`sentence1`/`sentence2` (or the first two other columns)"
+    return f"Rename the columns in the file: the text is read from {text}, the labels from `label`."
+
+
+def custom_task(dataset, source: str) -> TextClassificationTask:
+    """A task for a custom csv/json dataset: its text columns, and its labels (the distinct labels of `dataset`, in
+    order, as strings), or regression (logged) for labels with decimals."""
+    require_columns(dataset, ["label"], source, hint=glue_file_hint(dataset))
+    check_no_blank_labels(dataset, source)
+    text_columns = infer_text_columns(dataset.column_names)
+    if dataset.features["label"].dtype.startswith("float"):
+        logger.warning(
+            f"{source}: its labels are numbers with decimals ({', '.join(map(str, dataset.unique('label')[:4]))}, "
+            "...), so the task is regression (one output, mean squared error). If they are classes, write them as "
+            "integers or names."
+        )
+        return TextClassificationTask("custom", text_columns, None)
+    label_names = tuple(str(label) for label in sorted(dataset.unique("label")))
+    return TextClassificationTask("custom", text_columns, label_names, ids_allowed=False)
 
 
 def infer_text_columns(column_names: list[str]) -> tuple[str, ...]:
@@ -318,26 +229,15 @@ def infer_text_columns(column_names: list[str]) -> tuple[str, ...]:
     return tuple(others[:2])
 
 
-def metric_config(task_name: str | None, is_regression: bool, num_labels: int) -> str:
-    """The `glue` metric configuration for a task, or for custom data: Pearson/Spearman for regression,
-    accuracy and F1 for two classes, accuracy for more."""
-    if task_name is not None:
-        return task_name
-    if is_regression:
-        return "stsb"
-    return "mrpc" if num_labels == 2 else "mnli"
-
-
-def glue_compute_metrics(config_name: str, is_regression: bool, **load_kwargs):
-    """A `compute_metrics` function for the Trainer that scores with the packaged `glue` metric."""
-    metric = load_metric("glue", config_name, **load_kwargs)
+def glue_compute_metrics(task_name: str | None, is_regression: bool, num_labels: int):
+    """A `compute_metrics` function for the Trainer: the packaged `glue` metric of the task, or for custom data
+    Pearson/Spearman for regression, accuracy and F1 for two classes, accuracy for more."""
+    config_name = task_name or ("stsb" if is_regression else "mrpc" if num_labels == 2 else "mnli")
+    metric = load_metric("glue", config_name)
 
     def compute_metrics(eval_prediction):
-        logits = (
-            eval_prediction.predictions[0]
-            if isinstance(eval_prediction.predictions, tuple)
-            else eval_prediction.predictions
-        )
+        logits = eval_prediction.predictions
+        logits = logits[0] if isinstance(logits, tuple) else logits
         predictions = np.squeeze(logits) if is_regression else np.argmax(logits, axis=1)
         return metric.compute(predictions=predictions, references=eval_prediction.label_ids)
 
@@ -345,26 +245,10 @@ def glue_compute_metrics(config_name: str, is_regression: bool, **load_kwargs):
 
 
 def write_predictions(path: str, predictions: np.ndarray, label_names: list[str] | None) -> None:
-    """Write GLUE's submission format: `index<TAB>prediction`, the label name (or the score for regression)."""
+    """GLUE's submission format: `index<TAB>prediction`, the label name (or the score for regression)."""
+    rows = [
+        f"{i}\t{p:.3f}\n" if label_names is None else f"{i}\t{label_names[int(p)]}\n"
+        for i, p in enumerate(predictions)
+    ]
     with open(path, "w", encoding="utf-8") as file:
-        file.write("index\tprediction\n")
-        for index, prediction in enumerate(predictions):
-            value = f"{prediction:.3f}" if label_names is None else label_names[int(prediction)]
-            file.write(f"{index}\t{value}\n")
-
-
-__all__ = [
-    "GLUE_TASKS",
-    "TextClassificationTask",
-    "custom_task",
-    "dataset_features",
-    "encode_label",
-    "encode_task_labels",
-    "get_task",
-    "glue_compute_metrics",
-    "infer_text_columns",
-    "load_glue_dir",
-    "metric_config",
-    "read_glue_tsv",
-    "write_predictions",
-]
+        file.write("index\tprediction\n" + "".join(rows))

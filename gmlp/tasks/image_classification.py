@@ -1,41 +1,37 @@
-"""Pieces of `run_image_classification.py`: image data (scikit-learn's digits offline, or any `datasets` image
-dataset), the image processor for a gMLP vision config, and the Trainer's accuracy."""
+"""Pieces of `run_image_classification.py`: image data (scikit-learn's digits offline, folders of images, or any
+`datasets` image dataset), labels through the model's label map, the image processor for a gMLP vision config, the
+Trainer's accuracy, and the predictions file."""
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass
+from pathlib import Path
 
 import datasets
 import numpy as np
 from transformers import ViTImageProcessorPil
+from transformers.hf_argparser import HfArg
 
-from ..configuration_gmlp import VISION_PRESETS, GMLPVisionConfig
-from .training import ModelArguments, load_config
+from ..configuration_gmlp import VISION_PRESETS
+from .metrics import accuracy
+from .training import ModelArguments, choose_labels
 
 DIGITS = "sklearn-digits"
 
 
 @dataclass
 class VisionModelArguments(ModelArguments):
-    config_name: str | None = field(
-        default=None,
-        metadata={
-            "help": f"A vision preset ({', '.join(VISION_PRESETS)}) or a config directory / Hub id, to train from "
-            "scratch."
-        },
-    )
+    config_name: str | None = HfArg(default=None, help=f"A vision preset ({', '.join(VISION_PRESETS)}) or a config.")
 
 
 def load_digits_dataset(validation_fraction: float = 0.2, seed: int = 0) -> datasets.DatasetDict:
-    """scikit-learn's 1,797 handwritten digits (8x8 pixels, 17 grey levels) as RGB images with a `ClassLabel`,
-    split into `train` and `validation` with the same share of every digit in both."""
+    """scikit-learn's 1,797 handwritten digits (8x8 pixels, 17 grey levels) as RGB images with a `ClassLabel`, split
+    into `train` and `validation` with the same share of every digit in both."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
     grey = np.round(digits.images * (255 / 16)).astype(np.uint8)
     features = datasets.Features(
-        {
-            "image": datasets.Image(),
-            "label": datasets.ClassLabel(names=[str(digit) for digit in digits.target_names]),
-        }
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=[str(digit) for digit in digits.target_names])}
     )
     dataset = datasets.Dataset.from_dict(
         {"image": [np.repeat(image[:, :, None], 3, axis=2) for image in grey], "label": digits.target.tolist()},
@@ -45,12 +41,38 @@ def load_digits_dataset(validation_fraction: float = 0.2, seed: int = 0) -> data
     return datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
 
 
-def load_vision_config(model_args: VisionModelArguments, **task_kwargs):
-    """The model config: a vision preset, a config path / Hub id, or the checkpoint's, then `--config_overrides`."""
-    return load_config(model_args, GMLPVisionConfig, VISION_PRESETS, **task_kwargs)
+def image_folder(path: str, split: str, cache_dir: str | None) -> datasets.Dataset:
+    """The images below the folder `path` (labelled by their class folders, if they are in some)."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"--{split}_dir {path!r} is not a folder (of images, in class folders).")
+    # The imagefolder builder takes file patterns, not folders: every file below the folder.
+    files = {split: os.path.join(path, "**")}
+    return datasets.load_dataset("imagefolder", data_files=files, cache_dir=cache_dir)[split]
 
 
-def image_processor_for(config: GMLPVisionConfig, **overrides) -> ViTImageProcessorPil:
+def label_images(raw: datasets.DatasetDict, column: str, config, model_args: ModelArguments) -> list[str]:
+    """The model's label names, in id order (`choose_labels`: a checkpoint's own when it names them), with every
+    labelled split's labels turned into those ids (an error names the labels the model does not know)."""
+    for split, dataset in raw.items():
+        if column in dataset.column_names and not isinstance(dataset.features[column], datasets.ClassLabel):
+            raw[split] = dataset.class_encode_column(column)
+    labelled = [split for split in raw if column in raw[split].column_names]
+    if labelled and labelled[0] != "test":
+        names = choose_labels(config, raw[labelled[0]].features[column].names, model_args, f"The {labelled[0]} data")
+    elif model_args.model_name_or_path:
+        names = [config.id2label[i] for i in range(config.num_labels)]
+    else:
+        raise ValueError("Images to label need a model that knows the labels: pass --model_name_or_path.")
+    for split in labelled:
+        unknown = [name for name in raw[split].features[column].names if name.lower() not in map(str.lower, names)]
+        if unknown:
+            raise ValueError(f"The {split} data has labels the model does not know: {unknown} (its labels: {names}).")
+        if raw[split].features[column].names != names:
+            raw[split] = raw[split].align_labels_with_mapping({name: i for i, name in enumerate(names)}, column)
+    return names
+
+
+def image_processor_for(config, **overrides) -> ViTImageProcessorPil:
     """ViT's image processor, resizing to the model's `image_size` (PIL backend: needs no torchvision; it saves as
     `ViTImageProcessor`, which loads with either backend)."""
     return ViTImageProcessorPil(size={"height": config.image_size, "width": config.image_size}, **overrides)
@@ -62,30 +84,20 @@ def image_transform(image_processor, image_column: str = "image", label_column: 
     def transform(batch):
         images = [image.convert("RGB") for image in batch[image_column]]
         prepared = {"pixel_values": image_processor(images, return_tensors="pt")["pixel_values"]}
-        if label_column in batch:
-            prepared["labels"] = batch[label_column]
-        return prepared
+        return prepared | ({"labels": batch[label_column]} if label_column in batch else {})
 
     return transform
 
 
-def accuracy_metric():
-    """A `compute_metrics` function for the Trainer: top-1 accuracy."""
-
-    def compute_metrics(eval_prediction):
-        logits = eval_prediction.predictions
-        logits = logits[0] if isinstance(logits, tuple) else logits
-        return {"accuracy": float(np.mean(np.argmax(logits, axis=1) == eval_prediction.label_ids))}
-
-    return compute_metrics
+def compute_accuracy(eval_prediction) -> dict:
+    """Top-1 accuracy, for the Trainer's `compute_metrics`."""
+    logits = eval_prediction.predictions
+    logits = logits[0] if isinstance(logits, tuple) else logits
+    return accuracy(np.argmax(logits, axis=1), eval_prediction.label_ids)
 
 
-__all__ = [
-    "DIGITS",
-    "VisionModelArguments",
-    "accuracy_metric",
-    "image_processor_for",
-    "image_transform",
-    "load_digits_dataset",
-    "load_vision_config",
-]
+def write_image_predictions(path: str, dataset, image_column: str, predictions, names: list[str]) -> None:
+    """`index<TAB>image<TAB>prediction` per image: its file (when known) and its predicted label."""
+    files = dataset.cast_column(image_column, datasets.Image(decode=False))[image_column]
+    rows = [f"{i}\t{file.get('path') or ''}\t{names[int(p)]}\n" for i, (file, p) in enumerate(zip(files, predictions))]
+    Path(path).write_text("index\timage\tprediction\n" + "".join(rows), encoding="utf-8")

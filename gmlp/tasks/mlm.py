@@ -1,5 +1,5 @@
-"""Masked-language-model data for `run_mlm.py`: the packaged default text, tokenization (line by line or in
-blocks), the on-the-fly tokenizer, and the masked-token metrics."""
+"""Masked-language-model data for `run_mlm.py`: the packaged default text, tokenization (line by line or in blocks),
+the tokenizer trained on the fly, the fixed evaluation mask, and the masked-token metrics."""
 
 import logging
 import math
@@ -10,7 +10,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch
-from transformers import AutoTokenizer, DataCollatorForLanguageModeling, TrainingArguments, pipeline
+from transformers import AutoTokenizer, DataCollatorForLanguageModeling, pipeline
 
 from ..tokenization_gmlp import train_tokenizer
 
@@ -21,9 +21,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_TRAIN_FILE = str(Path(__file__).parent / "data" / "eb1911_shakespeare.txt")
 
 
-def text_column_of(dataset: datasets.Dataset, source: str = "The data") -> str:
-    """The column holding the text: "text" if there is one, else the first column (as in Transformers' run_mlm);
-    a ValueError naming `source` if that column does not hold text."""
+def text_column_of(dataset, source: str = "The data") -> str:
+    """The column holding the text: "text" if there is one, else the first column (as in Transformers' run_mlm); an
+    error naming `source` if that column does not hold text."""
     if dataset.features is None:  # a stream whose columns are not declared yet (a text file's is "text")
         return "text"
     column = "text" if "text" in dataset.column_names else dataset.column_names[0]
@@ -36,86 +36,68 @@ def text_column_of(dataset: datasets.Dataset, source: str = "The data") -> str:
     return column
 
 
-def train_or_load_tokenizer(
-    train_dataset: datasets.Dataset, vocab_size: int, model_max_length: int, training_args: TrainingArguments
-):
-    """A WordPiece tokenizer trained on `train_dataset`'s text, saved to the output directory.
-
-    The main process trains it and the others load the saved copy, so that every process of a multi-process run
-    has the same vocabulary.
-    """
+def train_or_load_tokenizer(train_dataset, vocab_size: int, model_max_length: int, training_args):
+    """A WordPiece tokenizer trained on `train_dataset`'s text by the main process and saved to the output directory,
+    where the other processes load it, so that every process has the same vocabulary."""
     with training_args.main_process_first(desc="training the tokenizer"):
-        if training_args.process_index == 0:
-            logger.info(f"Training a WordPiece tokenizer of {vocab_size} tokens on the training data")
-            tokenizer = train_tokenizer(
-                train_dataset,
-                vocab_size=vocab_size,
-                model_max_length=model_max_length,
-                text_column=text_column_of(train_dataset, "The training data"),
-            )
-            tokenizer.save_pretrained(training_args.output_dir)
-        else:
-            tokenizer = AutoTokenizer.from_pretrained(training_args.output_dir)
+        if training_args.process_index != 0:
+            return AutoTokenizer.from_pretrained(training_args.output_dir)
+        logger.info(f"Training a WordPiece tokenizer of {vocab_size} tokens on the training data")
+        column = text_column_of(train_dataset, "The training data")
+        tokenizer = train_tokenizer(train_dataset, vocab_size, model_max_length=model_max_length, text_column=column)
+        tokenizer.save_pretrained(training_args.output_dir)
     return tokenizer
 
 
 def tokenize_for_mlm(
-    raw_datasets: datasets.DatasetDict,
+    raw_datasets,
     tokenizer,
     max_seq_length: int,
     line_by_line: bool,
-    training_args: TrainingArguments,
+    training_args,
     num_proc: int | None = None,
     whole_word_mask: bool = False,
     sources: dict[str, str] | None = None,
     pad_to_max_length: bool = False,
-) -> datasets.DatasetDict:
-    """Token ids for MLM: each non-empty line truncated to `max_seq_length` (`line_by_line`; how many tokens that
-    drops is logged; padded to `max_seq_length` with `pad_to_max_length`), or all the text concatenated and cut into blocks of exactly `max_seq_length` tokens (the
-    remainder of each batch of 1,000 texts is dropped, as in Transformers' run_mlm). `sources` names each split's
-    file for error messages."""
+):
+    """Token ids for MLM: each non-empty line cut to `max_seq_length` (`line_by_line`, logging how many tokens that
+    drops; padded to `max_seq_length` with `pad_to_max_length`), or all the text joined and cut into blocks of exactly
+    `max_seq_length` tokens (the remainder of each 1,000 texts dropped, as in Transformers' run_mlm). `sources` names
+    each split's file in errors."""
     sources = {name: f"The {name} data" for name in raw_datasets} | (sources or {})
     split_name, split = next(iter(raw_datasets.items()))
     text_column = text_column_of(split, sources[split_name])
     streaming = isinstance(split, datasets.IterableDataset)
-    # A stream's map takes neither worker processes nor a progress description.
-    map_kwargs = {} if streaming else {"num_proc": num_proc}
+    map_kwargs = {} if streaming else {"num_proc": num_proc}  # a stream's map takes no worker processes
     # The special-tokens mask lets the collator skip [CLS]/[SEP] without recomputing it.
-    extra_outputs = {"return_special_tokens_mask": True, "return_offsets_mapping": whole_word_mask}
+    outputs = {"return_special_tokens_mask": True, "return_offsets_mapping": whole_word_mask}
 
-    def tokenize_lines(examples):
+    def tokenize(examples):
+        if not line_by_line:
+            return tokenizer(examples[text_column], **outputs)
         lines = [line for line in examples[text_column] if line and not line.isspace()]
         # The collator cannot pad offset mappings, so whole-word masking pads every line to max_seq_length here.
         padding = "max_length" if whole_word_mask or pad_to_max_length else False
-        tokenized = tokenizer(lines, truncation=True, max_length=max_seq_length, padding=padding, **extra_outputs)
-        full_lengths = tokenizer(lines, return_length=True)["length"]
-        tokenized["truncated_tokens"] = [max(0, length - max_seq_length) for length in full_lengths]
-        if streaming and any(tokenized["truncated_tokens"]):
-            # A stream cannot be counted ahead; say it when it happens, once per batch of lines.
+        tokenized = tokenizer(lines, truncation=True, max_length=max_seq_length, padding=padding, **outputs)
+        lengths = tokenizer(lines, return_length=True)["length"]
+        tokenized["truncated_tokens"] = [max(0, length - max_seq_length) for length in lengths]
+        if streaming and any(tokenized["truncated_tokens"]):  # a stream cannot be counted ahead: say it per batch
             logger.warning(
                 f"--line_by_line: {sum(tokenized['truncated_tokens']):,} tokens truncated away in a batch of "
                 f"{len(lines)} lines (--max_seq_length {max_seq_length}); without --line_by_line none are lost."
             )
         return tokenized
 
-    def tokenize_all(examples):
-        return tokenizer(examples[text_column], **extra_outputs)
-
     def group_texts(examples):
-        concatenated = {key: list(chain(*examples[key])) for key in examples}
-        total_length = len(concatenated["input_ids"]) // max_seq_length * max_seq_length
+        joined = {key: list(chain(*examples[key])) for key in examples}
+        total = len(joined["input_ids"]) // max_seq_length * max_seq_length
         return {
-            key: [tokens[i : i + max_seq_length] for i in range(0, total_length, max_seq_length)]
-            for key, tokens in concatenated.items()
+            key: [ids[i : i + max_seq_length] for i in range(0, total, max_seq_length)] for key, ids in joined.items()
         }
 
     with training_args.main_process_first(desc="tokenizing"):
-        tokenized = raw_datasets.map(
-            tokenize_lines if line_by_line else tokenize_all,
-            batched=True,
-            remove_columns=split.column_names or [text_column],
-            **map_kwargs,
-        )
+        columns = split.column_names or [text_column]
+        tokenized = raw_datasets.map(tokenize, batched=True, remove_columns=columns, **map_kwargs)
         if not line_by_line:
             tokenized = tokenized.map(group_texts, batched=True, **map_kwargs)
     if streaming:
@@ -128,33 +110,21 @@ def tokenize_for_mlm(
                 f"{sources[name]} has no example after tokenization: its text is shorter than one block of "
                 f"--max_seq_length {max_seq_length} tokens. Give more text, a smaller --max_seq_length, or --line_by_line."
             )
-    if line_by_line:
-        tokenized = datasets.DatasetDict(
-            {name: log_truncation(dataset, sources[name], max_seq_length) for name, dataset in tokenized.items()}
-        )
-    return tokenized
+        if line_by_line and (cut := sum(dataset["truncated_tokens"])):
+            kept = sum(len(ids) for ids in dataset["input_ids"])
+            lines = sum(1 for tokens in dataset["truncated_tokens"] if tokens)
+            logger.warning(
+                f"--line_by_line: {sources[name]} lost {cut:,} of {cut + kept:,} tokens ({100 * cut / (cut + kept):.1f}%) "
+                f"in {lines} of {len(dataset)} lines longer than --max_seq_length {max_seq_length}. Without "
+                "--line_by_line the text is cut into blocks of max_seq_length tokens and no token is lost."
+            )
+    return tokenized.remove_columns("truncated_tokens") if line_by_line else tokenized
 
 
-def log_truncation(dataset: datasets.Dataset, source: str, max_seq_length: int) -> datasets.Dataset:
-    """`dataset` without its `truncated_tokens` column, after logging how many tokens `--line_by_line` cut off."""
-    truncated = dataset["truncated_tokens"]
-    cut = sum(truncated)
-    if cut:
-        kept = sum(len(ids) for ids in dataset["input_ids"])
-        logger.warning(
-            f"--line_by_line: {source} lost {cut:,} of {cut + kept:,} tokens ({100 * cut / (cut + kept):.1f}%) in "
-            f"{sum(1 for t in truncated if t)} of {len(truncated)} lines longer than --max_seq_length {max_seq_length}. "
-            "Without --line_by_line the text is cut into blocks of max_seq_length tokens and no token is lost."
-        )
-    return dataset.remove_columns("truncated_tokens")
-
-
-def with_fixed_mask(
-    dataset: datasets.Dataset, collator: DataCollatorForLanguageModeling, seed: int
-) -> datasets.Dataset:
+def with_fixed_mask(dataset, collator: DataCollatorForLanguageModeling, seed: int):
     """`dataset` masked once, with a generator seeded by `seed`: each example gets its masked `input_ids` and its
-    `labels`, so that every evaluation of every checkpoint scores the same masked positions (a fresh random mask
-    per evaluation moves the perplexity by several percent). `MaskedLMCollator` only pads such examples."""
+    `labels`, so that every evaluation of every checkpoint scores the same masked positions (a fresh random mask per
+    evaluation moves the perplexity by several percent). `MaskedLMCollator` only pads such examples."""
     masker = DataCollatorForLanguageModeling(
         collator.tokenizer,
         mlm_probability=collator.mlm_probability,
@@ -163,14 +133,9 @@ def with_fixed_mask(
         whole_word_mask=collator.whole_word_mask,
     )
     masker.generator = torch.Generator().manual_seed(seed)
-
-    def mask(example):
-        batch = masker([example])
-        return {key: value[0].tolist() for key, value in batch.items()}
-
     # One example at a time, in order, in this process: the masks depend only on the seed and the data.
     return dataset.map(
-        mask,
+        lambda example: {key: value[0].tolist() for key, value in masker([example]).items()},
         remove_columns=[c for c in ("special_tokens_mask", "offset_mapping") if c in dataset.column_names],
         desc="Fixing the evaluation mask",
         load_from_cache_file=False,
@@ -179,45 +144,34 @@ def with_fixed_mask(
 
 @dataclass
 class MaskedLMCollator(DataCollatorForLanguageModeling):
-    """Transformers' MLM collator, plus two things:
-
-    - examples that already carry `labels` (the fixed evaluation mask of `with_fixed_mask`) are padded, not masked
-      again;
-    - with `sparse_prediction`, every batch asks `GMLPForMaskedLM` for logits at the masked positions only (in
-      training mode; a speed-up that keeps the loss, see the model's docstring).
-    """
+    """Transformers' MLM collator, plus two things: examples that already carry `labels` (the fixed evaluation mask
+    of `with_fixed_mask`) are padded, not masked again; and with `sparse_prediction`, every batch asks
+    `GMLPForMaskedLM` for logits at the masked positions only (in training; the same loss, faster)."""
 
     sparse_prediction: bool = False
 
     def torch_call(self, examples):
-        if isinstance(examples[0], dict) and "labels" in examples[0]:
-            batch = self._pad_masked(examples)
-        else:
+        if not (isinstance(examples[0], dict) and "labels" in examples[0]):
             batch = super().torch_call(examples)
+        else:
+            inputs = [{key: value for key, value in example.items() if key != "labels"} for example in examples]
+            batch = dict(self.tokenizer.pad(inputs, return_tensors="pt", pad_to_multiple_of=self.pad_to_multiple_of))
+            length = batch["input_ids"].shape[1]
+            batch["labels"] = torch.full((len(examples), length), -100, dtype=torch.long)
+            for row, example in enumerate(examples):
+                label = torch.as_tensor(example["labels"])
+                columns = (
+                    slice(length - len(label), None) if self.tokenizer.padding_side == "left" else slice(len(label))
+                )
+                batch["labels"][row, columns] = label
         if self.sparse_prediction:
             batch["sparse_prediction"] = True
         return batch
 
-    def _pad_masked(self, examples) -> dict:
-        labels = [example["labels"] for example in examples]
-        inputs = [{key: value for key, value in example.items() if key != "labels"} for example in examples]
-        batch = self.tokenizer.pad(inputs, return_tensors="pt", pad_to_multiple_of=self.pad_to_multiple_of)
-        length = batch["input_ids"].shape[1]
-        padded = torch.full((len(labels), length), -100, dtype=torch.long)
-        for row, label in enumerate(labels):
-            if self.tokenizer.padding_side == "left":
-                padded[row, length - len(label) :] = torch.as_tensor(label)
-            else:
-                padded[row, : len(label)] = torch.as_tensor(label)
-        batch["labels"] = padded
-        return dict(batch)
-
 
 def masked_token_predictions(logits, labels):
     """The predicted token ids (for `preprocess_logits_for_metrics`: keeps only the argmax, not the vocab logits)."""
-    if isinstance(logits, tuple):
-        logits = logits[0]
-    return logits.argmax(dim=-1)
+    return (logits[0] if isinstance(logits, tuple) else logits).argmax(dim=-1)
 
 
 def masked_token_accuracy(eval_prediction) -> dict:
@@ -229,10 +183,7 @@ def masked_token_accuracy(eval_prediction) -> dict:
 
 def perplexity(eval_loss: float) -> float:
     """exp(loss), or infinity when it overflows."""
-    try:
-        return math.exp(eval_loss)
-    except OverflowError:
-        return math.inf
+    return math.exp(eval_loss) if eval_loss < 700 else math.inf
 
 
 def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[dict]:
@@ -241,5 +192,4 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[dict]:
         raise ValueError(
             f"The fill-mask text must contain the mask token {tokenizer.mask_token!r} once, got {text!r}."
         )
-    fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, device=model.device)
-    return fill(text, top_k=top_k)
+    return pipeline("fill-mask", model=model, tokenizer=tokenizer, device=model.device)(text, top_k=top_k)

@@ -1,17 +1,17 @@
-"""The model card (README.md) that the scripts write next to a checkpoint and push to the Hub: what the model is, how
-to load it with `trust_remote_code=True`, what it was trained on, and its results."""
+"""The model card (README.md) that the scripts write next to a checkpoint they trained and push to the Hub: what the
+model is, how to load it with `trust_remote_code=True`, what it was trained on, its results and settings."""
 
+import json
 import os
 import re
+from pathlib import Path
 
 PAPER = "[Pay Attention to MLPs](https://arxiv.org/abs/2105.08050) (Liu, Dai, So, Le, NeurIPS 2021)"
-# task -> the Auto class that loads such a checkpoint
-AUTO_CLASSES = {
+AUTO_CLASSES = {  # task -> the Auto class that loads such a checkpoint
     "fill-mask": "AutoModelForMaskedLM",
     "text-classification": "AutoModelForSequenceClassification",
     "question-answering": "AutoModelForQuestionAnswering",
     "image-classification": "AutoModelForImageClassification",
-    "text-generation": "AutoModelForCausalLM",
 }
 
 
@@ -21,45 +21,26 @@ def is_hub_id(name: str | None) -> bool:
 
 
 def architecture(config) -> str:
-    """One line on the model's shape, e.g. "aMLP: 8 blocks, d_model 128, d_ffn 768, n 128, tiny attention 32"."""
+    """One line on the model's shape, e.g. "aMLP: 8 blocks, d_model 128, d_ffn 768, n 128 tokens, ..."."""
     if config.model_type not in ("gmlp", "gmlp_vision"):
         return f"{config.model_type} model"
+    blocks = f"{config.num_hidden_layers} blocks, d_model {config.hidden_size}, d_ffn {config.intermediate_size}"
     if config.model_type == "gmlp_vision":
-        return (
-            f"vision gMLP: {config.num_hidden_layers} blocks, d_model {config.hidden_size}, d_ffn "
-            f"{config.intermediate_size}, {config.image_size}x{config.image_size} images in "
-            f"{config.patch_size}x{config.patch_size} patches"
-        )
-    kind = "aMLP" if config.tiny_attention_size else "gMLP"
-    shape = (
-        f"{kind}: {config.num_hidden_layers} blocks, d_model {config.hidden_size}, d_ffn {config.intermediate_size}, "
-        f"n {config.max_position_embeddings} tokens, {config.spatial_weight_type} spatial weights"
-    )
-    if config.tiny_attention_size:
-        shape += f", tiny attention {config.tiny_attention_size}"
-    return shape + (", causal" if config.is_decoder else "")
+        size, patch = config.image_size, config.patch_size
+        return f"vision gMLP: {blocks}, {size}x{size} images in {patch}x{patch} patches"
+    shape = f"{blocks}, n {config.max_position_embeddings} tokens, {config.spatial_weight_type} spatial weights"
+    attention = f", tiny attention {config.tiny_attention_size}" if config.tiny_attention_size else ""
+    return f"{'aMLP' if attention else 'gMLP'}: {shape}{attention}" + (", causal" if config.is_decoder else "")
 
 
-def model_card(
-    config,
-    repo_id: str,
-    task: str,
-    parameters: int,
-    base_model: str | None = None,
-    dataset: str | None = None,
-    metrics: dict | None = None,
-    hyperparameters: dict | None = None,
-) -> str:
-    """The card's text: YAML metadata, description, a loading snippet, training data and results."""
-    metadata = ["---", "library_name: transformers", "tags:", "- gmlp", f"- {task}"]
-    auto_class = AUTO_CLASSES.get(task, "AutoModel")
-    if task in AUTO_CLASSES:
-        metadata.append(f"pipeline_tag: {task}")
-    if is_hub_id(base_model):
-        metadata.append(f"base_model: {base_model}")
-    if is_hub_id(dataset):
-        metadata += ["datasets:", f"- {dataset}"]
-    metadata.append("---")
+def model_card(trainer, base_model: str | None, task: str, dataset: str | None) -> str:
+    """The card's text: YAML metadata, description, a loading snippet, the data, results and training settings."""
+    config, args, output_dir = trainer.model.config, trainer.args, Path(trainer.args.output_dir)
+    repo_id, auto_class = args.hub_model_id or output_dir.resolve().name, AUTO_CLASSES[task]
+    text = task != "image-classification"
+    metadata = ["library_name: transformers", "tags:", "- gmlp", f"- {task}", f"pipeline_tag: {task}"]
+    metadata += [f"base_model: {base_model}"] if is_hub_id(base_model) else []
+    metadata += ["datasets:", f"- {dataset}"] if is_hub_id(dataset) else []
     if base_model is None:
         origin = "trained from scratch"
     elif is_hub_id(base_model):
@@ -68,34 +49,57 @@ def model_card(
         origin = f"fine-tuned from a local checkpoint ({os.path.basename(os.path.normpath(base_model))})"
     trained_on = os.path.basename(dataset) if dataset and os.path.exists(dataset) else dataset
     lines = [
-        *metadata,
-        "",
-        f"# {repo_id}",
-        "",
-        f"A {architecture(config)}; {parameters / 1e6:.2f}M parameters. The gMLP family is from {PAPER}: "
-        "blocks of channel projections and a spatial gating unit instead of self-attention (aMLP adds a tiny "
-        f"attention). This model is for {task}, {origin}" + (f", on {trained_on}." if trained_on else "."),
-        "",
-        "## Usage",
-        "",
+        "---", *metadata, "---", "", f"# {repo_id}", "",
+        f"A {architecture(config)}; {trainer.model.num_parameters() / 1e6:.2f}M parameters. The gMLP family is from "
+        f"{PAPER}: blocks of channel projections and a spatial gating unit instead of self-attention (aMLP adds a "
+        f"tiny attention). This model is for {task}, {origin}" + (f", on {trained_on}." if trained_on else "."),
+        "", "## Usage", "",
         "The model's code is saved with its weights, so it loads without installing anything but `transformers`:",
-        "",
-        "```python",
-        f"from transformers import {auto_class}",
-        "",
+        "", "```python", f"from transformers import {auto_class}" + (", AutoTokenizer" if text else ""), "",
         f'model = {auto_class}.from_pretrained("{repo_id}", trust_remote_code=True)',
-        "```",
-        "",
+        *([f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)'] if text else []),
+        "```", "",
         "(With the `gmlp` package installed, `import gmlp` registers the classes and `trust_remote_code` is not needed.)",
-    ]
-    if config.model_type != "gmlp_vision":
-        lines[-1:-1] = ["", "The tokenizer is saved with it: `AutoTokenizer.from_pretrained(...)` on the same id.", ""]
+    ]  # fmt: skip
+    if text:
+        note = (
+            "The tokenizer is Transformers' own fast tokenizer (`tokenizer.json`); `AutoTokenizer` reads the model's "
+            "config first, which names gMLP's code, hence the same `trust_remote_code=True` (without it, Transformers "
+            f'asks whether to run that code). `PreTrainedTokenizerFast.from_pretrained("{repo_id}")` reads the '
+            "tokenizer's files alone."
+        )
+        lines += ["", note]
+    results = output_dir / "all_results.json"
+    metrics = json.loads(results.read_text()) if results.is_file() else {}
     if metrics:
         lines += ["", "## Results", "", "| metric | value |", "|---|---|"]
         lines += [
             f"| {name} | {value:.4g} |" for name, value in sorted(metrics.items()) if isinstance(value, float | int)
         ]
-    if hyperparameters:
-        lines += ["", "## Training", "", "| hyperparameter | value |", "|---|---|"]
-        lines += [f"| {name} | {value} |" for name, value in hyperparameters.items()]
-    return "\n".join(lines) + "\n"
+    settings = {
+        "learning_rate": args.learning_rate,
+        "train_batch_size": args.per_device_train_batch_size * max(1, args.world_size),
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        **({"steps": args.max_steps} if args.max_steps > 0 else {"epochs": args.num_train_epochs}),
+        "warmup_steps": args.warmup_steps,
+        "weight_decay": args.weight_decay,
+        "seed": args.seed,
+    }
+    lines += ["", "## Training", "", "| hyperparameter | value |", "|---|---|"]
+    return "\n".join([*lines, *(f"| {name} | {value} |" for name, value in settings.items())]) + "\n"
+
+
+def publish(trainer, base_model: str | None, task: str, dataset: str | None = None) -> None:
+    """Write the card of a run that trained (a run that did not saved no model to describe) through the Trainer's
+    `create_model_card`, which `--push_to_hub` calls before it pushes."""
+
+    def write_card(**_trainer_card_arguments):
+        if trainer.is_world_process_zero() and trainer.args.do_train:
+            card = model_card(trainer, base_model, task, dataset)
+            (Path(trainer.args.output_dir) / "README.md").write_text(card, encoding="utf-8")
+
+    trainer.create_model_card = write_card
+    if trainer.args.push_to_hub:
+        trainer.push_to_hub()
+    else:
+        write_card()

@@ -2,7 +2,7 @@
 examples/pytorch/image-classification/run_image_classification.py.
 
 Data: `--dataset_name sklearn-digits` (the default: scikit-learn's handwritten digits, offline), a Hub image
-dataset, or a local folder per class (`--dataset_name imagefolder --train_dir ... --validation_dir ...`).
+dataset, or local folders of class folders (`--dataset_name imagefolder --train_dir ... --validation_dir ...`).
 
     python run_image_classification.py --config_name gmlp-tiny --output_dir gmlp-tiny-digits \
         --do_train --do_eval --num_train_epochs 30 --learning_rate 2e-3 --per_device_train_batch_size 64
@@ -10,123 +10,120 @@ dataset, or a local folder per class (`--dataset_name imagefolder --train_dir ..
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import datasets
-from transformers import AutoImageProcessor, AutoModelForImageClassification, Trainer, TrainingArguments, set_seed
+from transformers import (
+    AutoImageProcessor,
+    AutoModelForImageClassification,
+    Trainer,
+    TrainingArguments,
+    default_data_collator,
+)
+from transformers.hf_argparser import HfArg
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
-from gmlp.tasks.image_classification import (
-    DIGITS,
-    VisionModelArguments,
-    accuracy_metric,
-    image_processor_for,
-    image_transform,
-    load_digits_dataset,
-    load_vision_config,
-)
-from gmlp.tasks.training import (
-    load_model,
-    parse_arguments,
-    publish,
-    record_metrics,
-    require_columns,
-    select_samples,
-    setup_logging,
-    train_and_save,
-)
+from gmlp.configuration_gmlp import VISION_PRESETS, GMLPVisionConfig
+from gmlp.tasks import image_classification as images
+from gmlp.tasks import model_card, training
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class DataTrainingArguments:
-    """What to train and evaluate on."""
+    """What to train, evaluate and predict on."""
 
-    dataset_name: str = field(
-        default=DIGITS,
-        metadata={"help": f"`{DIGITS}` (offline), a Hub image dataset, or `imagefolder` with --train_dir."},
-    )
-    train_dir: str | None = field(
-        default=None, metadata={"help": "A folder of training images, one folder per class."}
-    )
-    validation_dir: str | None = field(default=None, metadata={"help": "A folder of evaluation images, same layout."})
-    image_column_name: str = field(default="image", metadata={"help": "The column holding the images."})
-    label_column_name: str = field(default="label", metadata={"help": "The column holding the class labels."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only this many training examples."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only this many evaluation examples."})
+    dataset_name: str = HfArg(default=images.DIGITS, help="sklearn-digits (offline), a Hub dataset, or imagefolder.")
+    train_dir: str | None = HfArg(default=None, help="A folder of training images, one folder per class.")
+    validation_dir: str | None = HfArg(default=None, help="A folder of evaluation images, same layout.")
+    test_dir: str | None = HfArg(default=None, help="Images to label with --do_predict (scored in class folders).")
+    image_column_name: str = HfArg(default="image", help="The column holding the images.")
+    label_column_name: str = HfArg(default="label", help="The column holding the class labels.")
+    max_train_samples: int | None = HfArg(default=None, help="Keep only this many training examples.")
+    max_eval_samples: int | None = HfArg(default=None, help="Keep only this many evaluation examples.")
+    max_predict_samples: int | None = HfArg(default=None, help="Keep only this many test images.")
 
 
-def load_image_data(data_args: DataTrainingArguments, seed: int, cache_dir: str | None) -> datasets.DatasetDict:
-    """The `train` and `validation` splits; a dataset without a validation split gets 15% of train held out."""
-    if data_args.dataset_name == DIGITS:
-        return load_digits_dataset(seed=seed)
-    folders = {
-        split: path
-        for split, path in (("train", data_args.train_dir), ("validation", data_args.validation_dir))
-        if path is not None
-    }
-    for split, path in folders.items():
-        if not os.path.isdir(path):
-            raise FileNotFoundError(f"--{split}_dir {path!r} is not a folder (of class folders of images).")
-    # The imagefolder builder takes file patterns, not folders: every file below each folder.
-    data_files = {split: os.path.join(path, "**") for split, path in folders.items()}
-    raw = datasets.load_dataset(data_args.dataset_name, data_files=data_files or None, cache_dir=cache_dir)
-    if "validation" not in raw:
-        held_out = raw["train"].train_test_split(test_size=0.15, seed=seed)
-        raw = datasets.DatasetDict({"train": held_out["train"], "validation": held_out["test"]})
-    require_columns(
-        raw["train"],
-        (data_args.image_column_name, data_args.label_column_name),
-        "The dataset",
-        hint="Pass --image_column_name / --label_column_name.",
-    )
+def load_image_data(data_args: DataTrainingArguments, training_args, cache_dir: str | None) -> datasets.DatasetDict:
+    """The splits the run needs: `train` and `validation` (a dataset without a validation split gets 15% of train
+    held out) and `test` (--test_dir, or a dataset's own)."""
+    raw = datasets.DatasetDict()
+    if data_args.dataset_name == images.DIGITS:
+        if training_args.do_train or training_args.do_eval:
+            raw = images.load_digits_dataset(seed=training_args.seed)
+    elif data_args.dataset_name != "imagefolder":
+        raw = datasets.load_dataset(data_args.dataset_name, cache_dir=cache_dir)
+    for split, path in (("train", data_args.train_dir), ("validation", data_args.validation_dir)):
+        if path is not None:
+            raw[split] = images.image_folder(path, split, cache_dir)
+    if "validation" not in raw and "train" in raw:
+        held_out = raw["train"].train_test_split(test_size=0.15, seed=training_args.seed)
+        raw["train"], raw["validation"] = held_out["train"], held_out["test"]
+    if data_args.test_dir is not None:
+        raw["test"] = images.image_folder(data_args.test_dir, "test", cache_dir)
+    for split, flag in (("train", "do_train"), ("validation", "do_eval"), ("test", "do_predict")):
+        if getattr(training_args, flag) and split not in raw:
+            raise ValueError(
+                f"--{flag} needs {split} images: --{split}_dir (a folder of images) or a dataset with a {split} split; "
+                f"the data has {list(raw) or 'none'}."
+            )
+        if split in raw:
+            columns = [data_args.image_column_name] + ([data_args.label_column_name] if split != "test" else [])
+            hint = "Pass --image_column_name / --label_column_name."
+            training.require_columns(raw[split], columns, f"The {split} data", hint=hint)
     return raw
 
 
 def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, training_args = parse_arguments(
-        (VisionModelArguments, DataTrainingArguments, TrainingArguments), argv
+    model_args, data_args, training_args = training.parse_arguments(
+        (images.VisionModelArguments, DataTrainingArguments, TrainingArguments), argv
     )
     # The image column is only turned into pixel_values by the on-the-fly transform, so the Trainer must not drop it.
     training_args.remove_unused_columns = False
-    setup_logging(training_args)
-    set_seed(training_args.seed)
-
-    raw = load_image_data(data_args, training_args.seed, model_args.cache_dir)
-    label_names = raw["train"].features[data_args.label_column_name].names
-    config = load_vision_config(
-        model_args,
-        num_labels=len(label_names),
-        id2label=dict(enumerate(label_names)),
-        label2id={name: i for i, name in enumerate(label_names)},
-    )
+    raw = load_image_data(data_args, training_args, model_args.cache_dir)
+    config = training.load_config(model_args, GMLPVisionConfig, VISION_PRESETS)
+    label_names = images.label_images(raw, data_args.label_column_name, config, model_args)
+    training.set_labels(config, label_names)
     if model_args.model_name_or_path:
-        image_processor = AutoImageProcessor.from_pretrained(model_args.model_name_or_path, **model_args.hub_kwargs())
+        name, load = model_args.model_name_or_path, AutoImageProcessor.from_pretrained
+        image_processor = training.from_name(load, name, "--model_name_or_path", **model_args.hub_kwargs())
     else:
-        image_processor = image_processor_for(config)
-    model = load_model(AutoModelForImageClassification, model_args, config)
+        image_processor = images.image_processor_for(config)
+    model = training.load_model(AutoModelForImageClassification, model_args, config)
 
-    transform = image_transform(image_processor, data_args.image_column_name, data_args.label_column_name)
-    train_dataset = select_samples(raw["train"], data_args.max_train_samples).with_transform(transform)
-    eval_dataset = select_samples(raw["validation"], data_args.max_eval_samples).with_transform(transform)
+    transform = images.image_transform(image_processor, data_args.image_column_name, data_args.label_column_name)
+    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
+    limits["test"] = data_args.max_predict_samples
+    splits = {split: training.select_samples(raw[split], limits[split]) for split in limits if split in raw}
     trainer = Trainer(
         model=model,
         args=training_args,
-        train_dataset=train_dataset if training_args.do_train else None,
-        eval_dataset=eval_dataset if training_args.do_eval else None,
+        train_dataset=splits["train"].with_transform(transform) if training_args.do_train else None,
+        eval_dataset=splits["validation"].with_transform(transform) if training_args.do_eval else None,
         processing_class=image_processor,
-        compute_metrics=accuracy_metric(),
+        data_collator=training.CheckedCollator(default_data_collator, labels=config.num_labels),
+        compute_metrics=images.compute_accuracy,
     )
-
     metrics = {}
     if training_args.do_train:
-        train_and_save(trainer, training_args, len(train_dataset))
+        training.train_and_save(trainer, len(splits["train"]), (model_args, data_args, training_args))
     if training_args.do_eval:
-        metrics = trainer.evaluate()
-        metrics["eval_samples"] = len(eval_dataset)
-        record_metrics(trainer, "eval", metrics)
-    publish(trainer, training_args, model_args, task="image-classification", dataset=data_args.dataset_name)
+        metrics = {**trainer.evaluate(), "eval_samples": len(splits["validation"])}
+        training.record_metrics(trainer, "eval", metrics)
+    if training_args.do_predict:
+        output = trainer.predict(splits["test"].with_transform(transform), metric_key_prefix="predict")
+        training.record_metrics(trainer, "predict", {**output.metrics, "predict_samples": len(splits["test"])})
+        logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+        path = os.path.join(training_args.output_dir, "predict_results.txt")
+        if trainer.is_world_process_zero():
+            images.write_image_predictions(
+                path, splits["test"], data_args.image_column_name, logits.argmax(1), label_names
+            )
+            logger.info(f"Wrote the test images' predicted labels to {path}")
+    model_card.publish(
+        trainer, model_args.model_name_or_path, task="image-classification", dataset=data_args.dataset_name
+    )
     return metrics
 
 

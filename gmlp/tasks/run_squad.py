@@ -1,125 +1,64 @@
 """Fine-tune gMLP/aMLP for extractive question answering on SQuAD v1.1 or v2.0 (from the Hub or the official JSON
-files). Follows Transformers' examples/pytorch/question-answering/run_qa.py, with the stock Trainer: evaluation
-predicts start/end logits, `gmlp.tasks.squad` turns them into answers (predictions.json, nbest_predictions.json) and the
+files). Follows Transformers' examples/pytorch/question-answering/run_qa.py, with the stock Trainer: prediction gives
+start/end logits, `gmlp.tasks.squad` turns them into answers (predictions.json, nbest_predictions.json) and the
 packaged `squad` / `squad_v2` metric scores them (eval_exact_match, eval_f1)."""
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import datasets
-from transformers import AutoModelForQuestionAnswering, Trainer, TrainingArguments, set_seed
+from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, Trainer, TrainingArguments
+from transformers.hf_argparser import HfArg
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
+from gmlp.tasks import model_card, squad, training
 from gmlp.tasks.metrics import load_metric
-from gmlp.tasks.squad import (
-    check_squad_columns,
-    check_training_answers,
-    load_squad_files,
-    metric_inputs,
-    postprocess_qa_predictions,
-    prepare_train_features,
-    prepare_validation_features,
-)
-from gmlp.tasks.training import (
-    ModelArguments,
-    check_max_seq_length,
-    load_config,
-    load_model,
-    load_tokenizer,
-    parse_arguments,
-    publish,
-    record_metrics,
-    select_samples,
-    setup_logging,
-    train_and_save,
-)
+from gmlp.tasks.training import ModelArguments
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class DataTrainingArguments:
-    """What to train and evaluate on, and how answers are extracted."""
+class DataTrainingArguments(training.TextDataArguments):
+    """What to train, evaluate and predict on, and how answers are extracted."""
 
-    dataset_name: str | None = field(
-        default=None,
-        metadata={"help": "A Hub dataset: rajpurkar/squad, or rajpurkar/squad_v2 with --version_2_with_negative."},
+    dataset_name: str | None = HfArg(
+        default=None, help="A Hub dataset: rajpurkar/squad, or rajpurkar/squad_v2 (v2.0)."
     )
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration, if any."})
-    train_file: str | None = field(
-        default=None,
-        metadata={
-            "help": "Training data: official SQuAD JSON (train-v1.1.json), or jsonl/csv/parquet "
-            "with the Hub's columns."
-        },
-    )
-    validation_file: str | None = field(
-        default=None, metadata={"help": "Evaluation data, same formats (dev-v1.1.json)."}
-    )
-    version_2_with_negative: bool = field(
-        default=False, metadata={"help": "SQuAD 2.0: some questions have no answer."}
-    )
-    max_seq_length: int | None = field(
-        default=None, metadata={"help": "Tokens per feature (question + context window); at most the model's n."}
-    )
-    doc_stride: int | None = field(
-        default=None,
-        metadata={
-            "help": "Overlap, in tokens, of the windows of a long context. Default: a quarter of max_seq_length, "
-            "at most 128."
-        },
-    )
-    skip_invalid_answers: bool = field(
-        default=False,
-        metadata={
-            "help": "Train without the questions whose answers do not match their contexts (logged), instead of "
-            "stopping with an error that names them."
-        },
-    )
-    pad_to_max_length: bool = field(default=False, metadata={"help": "Pad every feature to max_seq_length."})
-    n_best_size: int = field(default=20, metadata={"help": "Start and end candidates considered per feature."})
-    max_answer_length: int = field(default=30, metadata={"help": "Longest answer, in tokens."})
-    null_score_diff_threshold: float = field(
-        default=0.0,
-        metadata={"help": "SQuAD 2.0: answer nothing when the null score beats the best span by more than this."},
-    )
-    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for preprocessing."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only this many training questions."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only this many evaluation questions."})
+    dataset_config_name: str | None = HfArg(default=None, help="Its configuration, if any.")
+    train_file: str | None = HfArg(default=None, help="SQuAD's JSON (train-v1.1.json), or jsonl/csv/parquet files.")
+    test_file: str | None = HfArg(default=None, help="Questions for --do_predict; scored when they have answers.")
+    max_predict_samples: int | None = HfArg(default=None, help="Keep only this many test questions.")
+    version_2_with_negative: bool = HfArg(default=False, help="SQuAD 2.0: some questions have no answer.")
+    doc_stride: int | None = HfArg(default=None, help="Overlap of a long context's windows (max_seq_length / 4).")
+    skip_invalid_answers: bool = HfArg(default=False, help="Skip (and count) answers not where their context says.")
+    n_best_size: int = HfArg(default=20, help="Start and end candidates considered per feature.")
+    max_answer_length: int = HfArg(default=30, help="Longest answer, in tokens.")
+    null_score_diff_threshold: float = HfArg(default=0.0, help="v2.0: no answer if the null score beats it by this.")
 
     def __post_init__(self):
-        if self.dataset_name is None and self.train_file is None and self.validation_file is None:
+        if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
             raise ValueError(
-                "Give --dataset_name (e.g. rajpurkar/squad) or --train_file / --validation_file (SQuAD JSON files)."
+                "Give --dataset_name (e.g. rajpurkar/squad) or --train_file / --validation_file / --test_file "
+                "(SQuAD JSON files)."
             )
 
 
-def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArguments) -> datasets.DatasetDict:
-    """The SQuAD splits, from the Hub or local files."""
-    if data_args.dataset_name is not None:
-        return datasets.load_dataset(
-            data_args.dataset_name,
-            data_args.dataset_config_name,
-            cache_dir=model_args.cache_dir,
-            token=model_args.token,
-        )
-    files = {"train": data_args.train_file, "validation": data_args.validation_file}
-    return load_squad_files(files, cache_dir=model_args.cache_dir)
-
-
 def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, training_args = parse_arguments(
+    model_args, data_args, training_args = training.parse_arguments(
         (ModelArguments, DataTrainingArguments, TrainingArguments), argv
     )
-    setup_logging(training_args)
-    set_seed(training_args.seed)
-
-    raw = load_raw_datasets(data_args, model_args)
-    config = load_config(model_args)
-    tokenizer = load_tokenizer(model_args)
+    config = training.load_config(model_args)
+    tokenizer = training.load_tokenizer(model_args)
     if not tokenizer.is_fast:
         raise ValueError("run_squad.py needs a fast tokenizer (for offset mappings); pass one with --tokenizer_name.")
-    max_seq_length = check_max_seq_length(data_args.max_seq_length, config, tokenizer)
+    if data_args.dataset_name is not None:
+        name, config_name = data_args.dataset_name, data_args.dataset_config_name
+        raw = datasets.load_dataset(name, config_name, cache_dir=model_args.cache_dir, token=model_args.token)
+    else:
+        files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
+        raw = squad.load_squad_files(files, cache_dir=model_args.cache_dir)
+    max_seq_length = training.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
     if data_args.doc_stride is None:
         data_args.doc_stride = min(128, max_seq_length // 4)
     if data_args.doc_stride >= max_seq_length:
@@ -127,64 +66,38 @@ def main(argv: list[str] | None = None) -> dict:
             f"--doc_stride {data_args.doc_stride} must be smaller than --max_seq_length {max_seq_length} (the windows of "
             f"a long context overlap by doc_stride tokens); e.g. --doc_stride {max_seq_length // 4}."
         )
-    model = load_model(AutoModelForQuestionAnswering, model_args, config)
-    feature_kwargs = {
-        "tokenizer": tokenizer,
-        "max_seq_length": max_seq_length,
-        "doc_stride": data_args.doc_stride,
-        "pad_to_max_length": data_args.pad_to_max_length,
-    }
+    model = training.load_model(AutoModelForQuestionAnswering, model_args, config)
+    training.check_vocabulary(tokenizer, model)
+    feature_kwargs = {"tokenizer": tokenizer, "max_seq_length": max_seq_length, "doc_stride": data_args.doc_stride}
+    feature_kwargs["pad_to_max_length"] = data_args.pad_to_max_length
 
-    train_dataset = eval_examples = eval_features = None
-    if training_args.do_train:
-        if "train" not in raw:
-            raise ValueError(
-                f"--do_train needs training data (--train_file or a Hub dataset); the data has {list(raw)}."
-            )
-        train_examples = select_samples(raw["train"], data_args.max_train_samples)
-        check_squad_columns(train_examples, "The training data", needs_answers=True)
-        train_examples = check_training_answers(
-            train_examples,
-            data_args.train_file or data_args.dataset_name,
-            data_args.version_2_with_negative,
-            skip=data_args.skip_invalid_answers,
-        )
-        with training_args.main_process_first(desc="train features"):
-            train_dataset = train_examples.map(
-                prepare_train_features,
+    def questions(split: str, flag: str, max_samples: int | None, needs_answers: bool = False):
+        if split not in raw:
+            raise ValueError(f"{flag} needs {split} data (--{split}_file or a Hub dataset); the data has {list(raw)}.")
+        examples = training.select_samples(raw[split], max_samples)
+        squad.check_squad_columns(examples, f"The {split} data", needs_answers=needs_answers)
+        return examples
+
+    def features(examples: datasets.Dataset, function, split: str) -> datasets.Dataset:
+        with training_args.main_process_first(desc=f"{split} features"):
+            return examples.map(
+                function,
                 fn_kwargs=feature_kwargs,
                 batched=True,
-                remove_columns=train_examples.column_names,
+                remove_columns=examples.column_names,
                 num_proc=data_args.preprocessing_num_workers,
-                desc="Training features",
-            )
-    if training_args.do_eval:
-        if "validation" not in raw:
-            raise ValueError(
-                f"--do_eval needs evaluation data (--validation_file or a Hub dataset); the data has {list(raw)}."
-            )
-        eval_examples = select_samples(raw["validation"], data_args.max_eval_samples)
-        check_squad_columns(eval_examples, "The evaluation data", needs_answers=True)
-        with training_args.main_process_first(desc="evaluation features"):
-            eval_features = eval_examples.map(
-                prepare_validation_features,
-                fn_kwargs=feature_kwargs,
-                batched=True,
-                remove_columns=eval_examples.column_names,
-                num_proc=data_args.preprocessing_num_workers,
-                desc="Evaluation features",
+                desc=f"{split} features",
             )
 
-    trainer = Trainer(model=model, args=training_args, train_dataset=train_dataset, processing_class=tokenizer)
-    metrics = {}
-    if training_args.do_train:
-        train_and_save(trainer, training_args, len(train_dataset))
-    if training_args.do_eval:
+    def answer(examples: datasets.Dataset, prefix: str) -> dict:
+        """The answers to `examples`, written (`predictions.json`, ...; `<prefix>_predictions.json` but for eval)
+        and scored when the questions have answers; the metrics."""
+        eval_features = features(examples, squad.prepare_validation_features, prefix)
         output = trainer.predict(
-            eval_features.remove_columns(["example_id", "offset_mapping"]), metric_key_prefix="eval"
+            eval_features.remove_columns(["example_id", "offset_mapping"]), metric_key_prefix=prefix
         )
-        answers = postprocess_qa_predictions(
-            eval_examples,
+        answers = squad.postprocess_qa_predictions(
+            examples,
             eval_features,
             output.predictions,
             version_2_with_negative=data_args.version_2_with_negative,
@@ -192,20 +105,58 @@ def main(argv: list[str] | None = None) -> dict:
             max_answer_length=data_args.max_answer_length,
             null_score_diff_threshold=data_args.null_score_diff_threshold,
             output_dir=training_args.output_dir if trainer.is_world_process_zero() else None,
+            prefix=None if prefix == "eval" else prefix,
         )
-        metric = load_metric("squad_v2" if data_args.version_2_with_negative else "squad")
-        predictions, references = metric_inputs(answers, eval_examples, data_args.version_2_with_negative)
-        scores = metric.compute(predictions=predictions, references=references)
-        metrics = {**output.metrics, **{f"eval_{key}": value for key, value in scores.items()}}
-        metrics["eval_samples"] = len(eval_examples)
-        record_metrics(trainer, "eval", metrics)
-    publish(
-        trainer,
-        training_args,
-        model_args,
-        task="question-answering",
-        dataset=data_args.dataset_name or data_args.train_file or data_args.validation_file,
+        metrics = {**output.metrics, f"{prefix}_samples": len(examples)}
+        answered = (
+            [bool(answers["text"]) for answers in examples["answers"]] if "answers" in examples.column_names else []
+        )
+        if any(answered) and (data_args.version_2_with_negative or all(answered)):
+            v2 = data_args.version_2_with_negative
+            predictions = [
+                {"id": qid, "prediction_text": text, **({"no_answer_probability": 0.0} if v2 else {})}
+                for qid, text in answers.items()
+            ]
+            references = [{"id": example["id"], "answers": example["answers"]} for example in examples]
+            scores = load_metric("squad_v2" if v2 else "squad").compute(predictions=predictions, references=references)
+            metrics |= {f"{prefix}_{key}": value for key, value in scores.items()}
+        else:
+            logger.info(f"The {prefix} questions have no answers to score the predictions against.")
+        training.record_metrics(trainer, prefix, metrics)
+        return metrics
+
+    train_dataset = None
+    if training_args.do_train:
+        train_examples = squad.check_training_answers(
+            questions("train", "--do_train", data_args.max_train_samples, needs_answers=True),
+            data_args.train_file or data_args.dataset_name,
+            data_args.version_2_with_negative,
+            skip=data_args.skip_invalid_answers,
+        )
+        train_dataset = features(train_examples, squad.prepare_train_features, "train")
+    # Checked before training, so that a missing split does not stop the run after it.
+    eval_examples = (
+        questions("validation", "--do_eval", data_args.max_eval_samples, True) if training_args.do_eval else None
     )
+    test_examples = (
+        questions("test", "--do_predict", data_args.max_predict_samples) if training_args.do_predict else None
+    )
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        data_collator=training.CheckedCollator(DataCollatorWithPadding(tokenizer), input_ids=model.config.vocab_size),
+    )
+    metrics = {}
+    if training_args.do_train:
+        training.train_and_save(trainer, len(train_dataset), (model_args, data_args, training_args))
+    if training_args.do_eval:
+        metrics = answer(eval_examples, "eval")
+    if training_args.do_predict:
+        metrics |= answer(test_examples, "predict")
+    dataset = data_args.dataset_name or data_args.train_file or data_args.validation_file
+    model_card.publish(trainer, model_args.model_name_or_path, task="question-answering", dataset=dataset)
     return metrics
 
 

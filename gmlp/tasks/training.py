@@ -1,34 +1,39 @@
-"""Plumbing shared by `run_mlm.py`, `run_glue.py` and `run_squad.py`: arguments, config/tokenizer/model loading,
-local data files, checkpoints and the train/evaluate bookkeeping around the stock `Trainer`."""
+"""What the scripts share around the stock `Trainer`: arguments, loading configs, tokenizers, models and local data
+files with clear errors, label maps, checkpoints and resuming, and the bookkeeping of results."""
 
-import codecs
+import dataclasses
 import difflib
+import itertools
 import json
 import logging
 import os
 import re
+import shutil
 import sys
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import torch
 import transformers
+from huggingface_hub.constants import is_offline_mode
+from huggingface_hub.errors import StrictDataclassClassValidationError
 from safetensors import safe_open
-from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, PreTrainedConfig, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
+from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, TrainerCallback, TrainingArguments
+from transformers.hf_argparser import HfArg
+from transformers.integrations import get_available_reporting_integrations
 
 from ..configuration_gmlp import PRESETS, GMLPConfig
-from .model_card import model_card
+from ..tokenization_gmlp import check_text_file
 
 logger = logging.getLogger(__name__)
 
-# File extension -> (`datasets` builder, extra builder arguments).
+# File extension -> (`datasets` builder, its arguments); GLUE's sentences contain `"`, so TSV is read unquoted.
 DATA_FILE_BUILDERS = {
     "txt": ("text", {}),
     "csv": ("csv", {}),
-    "tsv": ("csv", {"delimiter": "\t", "quoting": 3}),  # quoting=3 (QUOTE_NONE): GLUE sentences contain `"`
+    "tsv": ("csv", {"delimiter": "\t", "quoting": 3}),
     "json": ("json", {}),
     "jsonl": ("json", {}),
     "parquet": ("parquet", {}),
@@ -39,76 +44,83 @@ DATA_FILE_BUILDERS = {
 class ModelArguments:
     """Which model, config and tokenizer to start from."""
 
-    model_name_or_path: str | None = field(
-        default=None, metadata={"help": "A checkpoint to start from (a directory or a Hub id)."}
+    model_name_or_path: str | None = HfArg(default=None, help="A checkpoint to start from (a directory or a Hub id).")
+    config_name: str | None = HfArg(
+        default=None, help=f"A preset ({', '.join(PRESETS)}) or a config directory / Hub id, to train from scratch."
     )
-    config_name: str | None = field(
-        default=None,
-        metadata={"help": f"A preset ({', '.join(PRESETS)}) or a config directory / Hub id, to train from scratch."},
+    config_overrides: str | None = HfArg(
+        default=None, help="Config fields to set, e.g. `num_hidden_layers=2,hidden_size=64`."
     )
-    config_overrides: str | None = field(
-        default=None,
-        metadata={
-            "help": "Config fields to override, e.g. `num_hidden_layers=2,hidden_size=64,hidden_dropout_prob=0`."
-        },
-    )
-    tokenizer_name: str | None = field(
-        default=None, metadata={"help": "A tokenizer directory or Hub id, if not the one of --model_name_or_path."}
-    )
-    cache_dir: str | None = field(default=None, metadata={"help": "Where to cache Hub downloads."})
-    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of a Hub model."})
-    token: str | None = field(default=None, metadata={"help": "Hub token for private models and datasets."})
-    trust_remote_code: bool = field(
-        default=False, metadata={"help": "Allow code from the Hub (not needed for gMLP: importing gmlp registers it)."}
+    tokenizer_name: str | None = HfArg(default=None, help="A tokenizer directory or Hub id, if not the model's.")
+    cache_dir: str | None = HfArg(default=None, help="Where to cache Hub downloads.")
+    model_revision: str = HfArg(default="main", help="Branch, tag or commit of a Hub model.")
+    token: str | None = HfArg(default=None, help="Hub token for private models and datasets.")
+    trust_remote_code: bool = HfArg(default=False, help="Allow code from the Hub (gMLP's is in this package).")
+    ignore_mismatched_sizes: bool = HfArg(
+        default=False,
+        help="Load a checkpoint whose head has another size than the task's: a new head, the data's labels.",
     )
 
     def hub_kwargs(self) -> dict:
         """The keyword arguments every `from_pretrained` call takes from these options."""
-        return {
-            "cache_dir": self.cache_dir,
-            "revision": self.model_revision,
-            "token": self.token,
-            "trust_remote_code": self.trust_remote_code,
-        }
+        names = ("cache_dir", "token", "trust_remote_code")
+        return {"revision": self.model_revision} | {name: getattr(self, name) for name in names}
+
+
+@dataclass
+class TextDataArguments:
+    """The data options of the text scripts."""
+
+    train_file: str | None = HfArg(default=None, help="A local training file.")
+    validation_file: str | None = HfArg(default=None, help="A local evaluation file, same format.")
+    max_seq_length: int | None = HfArg(default=None, help="Tokens per sequence (longer ones are cut); at most n.")
+    pad_to_max_length: bool = HfArg(default=False, help="Pad all to max_seq_length, not to the longest of a batch.")
+    preprocessing_num_workers: int | None = HfArg(default=None, help="Processes for preprocessing.")
+    max_train_samples: int | None = HfArg(default=None, help="Keep only this many training examples.")
+    max_eval_samples: int | None = HfArg(default=None, help="Keep only this many evaluation examples.")
 
 
 @dataclass
 class RunArguments:
-    """Options of the run itself that Transformers' `TrainingArguments` does not have (every script takes them)."""
+    """Options of the run that Transformers' `TrainingArguments` lacks."""
 
-    overwrite_output_dir: bool = field(
+    overwrite_output_dir: bool = HfArg(
         default=False,
-        metadata={
-            "help": "Replace the results of an earlier run in --output_dir; without it, an output directory that "
-            "holds another run's results (*_results.json) is refused, so that results never mix."
-        },
+        help="Start a fresh run in an --output_dir used before: its results (*_results.json) and checkpoints are "
+        "removed first. Without it such a directory is refused (unless --resume_from_checkpoint continues its run).",
     )
 
 
-def parse_arguments(dataclass_types, argv: list[str] | None = None):
-    """Parse the command line (or a single `.json` file of arguments) into the given dataclasses (one of them
-    `TrainingArguments`), plus `RunArguments`, and check the run before anything loads: that it has something to do
-    and that its output directory holds no other run's results."""
+class AnyDeviceTrainingArguments(TrainingArguments):
+    """`TrainingArguments` that run `--bf16` on the CPU when there is no accelerator (Transformers refuses it there
+    unless `--use_cpu` is given too: "Your setup doesn't support bf16/gpu")."""
+
+    def __post_init__(self):
+        bf16 = self.bf16 or self.bf16_full_eval
+        if bf16 and not self.use_cpu and not transformers.utils.is_torch_bf16_gpu_available():
+            logger.warning("--bf16 without an accelerator: running bf16 autocast on the CPU (--use_cpu added).")
+            self.use_cpu = True
+        super().__post_init__()
+
+
+def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: str | None = None):
+    """The command line (or one `.json` file of arguments) parsed into `dataclass_types`, one of them
+    `TrainingArguments`; then the run checked before anything loads: that it has something to do (`no_predict`: why
+    the script refuses `--do_predict`), that `--report_to` is installed, that `--output_dir` holds no other run."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
-        # Under torchrun on a machine without GPUs, Transformers only runs data-parallel (gloo) when told to use the
-        # CPU; otherwise every process would train alone.
+        # Under torchrun without GPUs, Transformers runs data-parallel (gloo) only when told to use the CPU; otherwise
+        # every process would train alone.
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
-    parser = HfArgumentParser((*dataclass_types, RunArguments))
+    types = [AnyDeviceTrainingArguments if kind is TrainingArguments else kind for kind in dataclass_types]
+    parser = HfArgumentParser((*types, RunArguments))
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) == 1 and argv[0].endswith(".json"):
-        arguments = json.loads(Path(argv[0]).read_text())
-        if bf16_needs_the_cpu(arguments.get("bf16") or arguments.get("bf16_full_eval"), arguments.get("use_cpu")):
-            arguments["use_cpu"] = True
-        *parsed, run_args = parser.parse_dict(arguments)
+        *parsed, run_args = parser.parse_json_file(argv[0])
     else:
-        asks_bf16 = any(
-            arg in ("--bf16", "--bf16_full_eval") and value.lower() not in ("false", "0")
-            for arg, value in zip(argv, [*argv[1:], "true"])
-        )
-        if bf16_needs_the_cpu(asks_bf16, "--use_cpu" in argv):
-            argv = [*argv, "--use_cpu"]
         *parsed, run_args = parser.parse_args_into_dataclasses(args=argv)
     training_args = next(args for args in parsed if isinstance(args, TrainingArguments))
+    setup_logging(training_args)
+    transformers.set_seed(training_args.seed)
     for flag, asked in (
         ("--fsdp", training_args.fsdp_plugin_args is not None),
         ("--deepspeed", training_args.deepspeed),
@@ -120,60 +132,65 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None):
                 "launch then run DDP over gloo), or run on GPUs."
             )
     if training_args.torch_compile:
-        pad_every_example_for_compile(parsed)
+        # Padded to each batch's longest example, inputs change length at nearly every batch, and each new length
+        # recompiles the model (minutes per shape on a CPU).
+        for args in (args for args in parsed if getattr(args, "pad_to_max_length", True) is False):
+            logger.warning("--torch_compile: padding every example to --max_seq_length (--pad_to_max_length added).")
+            args.pad_to_max_length = True
+    if training_args.do_predict and no_predict:
+        raise ValueError(no_predict)
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise ValueError("Nothing to do: pass --do_train and/or --do_eval (or --do_predict where the script has it).")
+    missing = sorted(set(training_args.report_to) - {"none", "all", *get_available_reporting_integrations()})
+    if missing:
+        raise ValueError(
+            f"--report_to {' '.join(missing)}: not installed. Install it (`pip install {' '.join(missing)}`) or "
+            "report elsewhere (--report_to none logs to the console only)."
+        )
     if training_args.process_index == 0:
-        prepare_output_dir(training_args, run_args.overwrite_output_dir)
+        loads = [getattr(args, name, None) for args in parsed for name in ("model_name_or_path", "tokenizer_name")]
+        prepare_output_dir(training_args, run_args.overwrite_output_dir, [path for path in loads if path])
     return tuple(parsed)
 
 
-def pad_every_example_for_compile(parsed_arguments) -> None:
-    """Under --torch_compile, pad every example to --max_seq_length: padded to the longest example of each batch, the
-    inputs take a new length at nearly every batch, and each new length recompiles the model (minutes per shape on a
-    CPU) until dynamo falls back to slower dynamic-shape code."""
-    for arguments in parsed_arguments:
-        if getattr(arguments, "pad_to_max_length", True) is False:
-            logger.warning(
-                "--torch_compile: padding every example to --max_seq_length (--pad_to_max_length added), so that the "
-                "model compiles for one input shape instead of once per batch length."
-            )
-            arguments.pad_to_max_length = True
+def checkpoint_folders(folder: Path) -> list[Path]:
+    """The Trainer's `checkpoint-N` folders in `folder`, oldest (smallest N) first."""
+    numbered = [path for path in folder.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", path.name)]
+    return sorted((path for path in numbered if path.is_dir()), key=lambda path: int(path.name[11:]))
 
 
-def bf16_needs_the_cpu(asks_bf16, uses_cpu) -> bool:
-    """Whether `--bf16` must run on the CPU: without an accelerator, Transformers refuses `--bf16` unless `--use_cpu`
-    is given too ("Your setup doesn't support bf16/gpu"); the scripts add it, and say so."""
-    if not asks_bf16 or uses_cpu or transformers.utils.is_torch_bf16_gpu_available():
-        return False
-    logger.warning("--bf16 without an accelerator: running bf16 autocast on the CPU (--use_cpu added).")
-    return True
-
-
-def prepare_output_dir(training_args: TrainingArguments, overwrite: bool) -> None:
-    """Refuse an output directory holding another run's results (or, with `overwrite`, delete those results), and say
-    how to resume when it holds checkpoints that this run would start over from."""
+def prepare_output_dir(training_args: TrainingArguments, overwrite: bool, loads: list[str] = ()) -> None:
+    """Make `--output_dir` hold nothing of another run: with `overwrite`, remove its results and checkpoints (but
+    none the run loads: `loads`); without, refuse them, unless the run resumes (it continues the run they belong to)."""
     output_dir = Path(training_args.output_dir)
-    if not output_dir.is_dir():
+    if not output_dir.is_dir() or training_args.resume_from_checkpoint is not None:
         return
-    results = sorted(path.name for path in output_dir.glob("*_results.json"))
-    if results and training_args.resume_from_checkpoint is None:
-        if not overwrite:
-            raise FileExistsError(
-                f"--output_dir {output_dir} holds the results of an earlier run ({', '.join(results)}); this run's "
-                "results would be mixed with them. Choose another --output_dir, or pass --overwrite_output_dir to "
-                "replace them."
+    results, checkpoints = sorted(output_dir.glob("*_results.json")), checkpoint_folders(output_dir)
+    if overwrite and (results or checkpoints):
+        if loaded := [path for path in checkpoints if any(path.resolve() == Path(name).resolve() for name in loads)]:
+            raise ValueError(
+                f"--overwrite_output_dir would remove {loaded[0]}, which this run loads; choose another --output_dir."
             )
-        for name in results:
-            (output_dir / name).unlink()
-        logger.warning(f"--overwrite_output_dir: removed the earlier run's {', '.join(results)} from {output_dir}")
-    if training_args.do_train and training_args.resume_from_checkpoint is None:
-        last = get_last_checkpoint(str(output_dir))
-        if last is not None:
-            logger.warning(
-                f"{output_dir} holds checkpoints; this run starts from scratch. To continue the earlier run instead, "
-                f"pass --resume_from_checkpoint {last}."
-            )
+        for path in results:
+            path.unlink()
+        for path in checkpoints:
+            shutil.rmtree(path)
+        logger.warning(
+            f"--overwrite_output_dir: removed the earlier run's {', '.join(p.name for p in results + checkpoints)} "
+            f"from {output_dir}; this is a fresh run, and only its own checkpoints can be resumed."
+        )
+    elif results:
+        raise FileExistsError(
+            f"--output_dir {output_dir} holds the results of an earlier run ({', '.join(p.name for p in results)}); "
+            "this run's results would be mixed with them. Choose another --output_dir, or pass "
+            "--overwrite_output_dir to replace them."
+        )
+    elif checkpoints and training_args.do_train:
+        raise FileExistsError(
+            f"--output_dir {output_dir} holds the checkpoints of an earlier run ({checkpoints[-1].name} the newest); "
+            f"this run's checkpoints would be mixed with them. Pass --resume_from_checkpoint {output_dir} to continue "
+            "that run, --overwrite_output_dir to start a fresh one (which removes them), or choose another --output_dir."
+        )
 
 
 def setup_logging(training_args: TrainingArguments) -> None:
@@ -183,44 +200,55 @@ def setup_logging(training_args: TrainingArguments) -> None:
         datefmt="%m/%d/%Y %H:%M:%S",
         handlers=[logging.StreamHandler(sys.stdout)],
     )
-    log_level = training_args.get_process_log_level()
+    level = training_args.get_process_log_level()
     for name in ("gmlp", "__main__"):
-        logging.getLogger(name).setLevel(log_level)
-    datasets.utils.logging.set_verbosity(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
+        logging.getLogger(name).setLevel(level)
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
     transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
-    logger.warning(
-        f"Process rank: {training_args.process_index}, device: {training_args.device}, "
-        f"world size: {training_args.world_size}, bf16: {training_args.bf16}"
-    )
+    args = training_args
+    logger.warning(f"Process rank: {args.process_index}, device: {args.device}, world size: {args.world_size}")
 
 
-def load_config(
-    model_args: ModelArguments,
-    config_class: type[PreTrainedConfig] = GMLPConfig,
-    presets: dict = PRESETS,
-    **task_kwargs,
-) -> PreTrainedConfig:
-    """The model config: a preset of `config_class`, a config path / Hub id, or the checkpoint's, then
-    `--config_overrides`.
-
-    `task_kwargs` (e.g. `num_labels`, `finetuning_task`) are set on the config.
-    """
-    if model_args.config_name in presets:
-        config = config_class.from_preset(model_args.config_name, **task_kwargs)
-    elif model_args.config_name or model_args.model_name_or_path:
-        name = model_args.config_name or model_args.model_name_or_path
-        try:
-            config = AutoConfig.from_pretrained(name, **task_kwargs, **model_args.hub_kwargs())
-        except OSError as error:
-            near = difflib.get_close_matches(name, presets, n=1, cutoff=0.75)
-            if near and not os.path.exists(name):
-                raise ValueError(
-                    f"{name!r} is neither a preset nor a config directory, and could not be loaded from the Hub. "
-                    f"Did you mean the preset {near[0]!r}? Presets: {', '.join(presets)}."
-                ) from error
+def from_name(load, name: str, option: str, presets=(), **kwargs):
+    """`load(name, **kwargs)` (a `from_pretrained`); a name that is no directory and not found on the Hub is an
+    error saying so, whether the Hub could be reached, and which presets there are."""
+    try:
+        return load(name, **kwargs)
+    except OSError as error:
+        if os.path.exists(name):
             raise
+        hub = (
+            "could not be reached to look it up"
+            if is_offline_mode() or "connect" in str(error)
+            else "has no such model"
+        )
+        near = difflib.get_close_matches(name, presets, n=1, cutoff=0.6)
+        raise ValueError(
+            f"{option} {name!r} is {'neither a preset nor' if presets else 'not'} a directory, and the Hub {hub} "
+            f"({str(error).splitlines()[0]})."
+            + (f" Did you mean the preset {near[0]!r}?" if near else "")
+            + (f" Presets: {', '.join(presets)}." if presets else "")
+        ) from error
+
+
+def load_config(model_args: ModelArguments, config_class=GMLPConfig, presets: dict = PRESETS):
+    """The config: a preset of `config_class`, a directory / Hub id, or the checkpoint's; then `--config_overrides`."""
+    hub_kwargs = model_args.hub_kwargs()
+    if model_args.config_name in presets:
+        config = config_class.from_preset(model_args.config_name)
+    elif model_args.config_name:
+        config = from_name(AutoConfig.from_pretrained, model_args.config_name, "--config_name", presets, **hub_kwargs)
+    elif model_args.model_name_or_path in presets:
+        raise ValueError(
+            f"--model_name_or_path {model_args.model_name_or_path} is a preset, not a checkpoint: pass it "
+            "as --config_name to train from scratch."
+        )
+    elif model_args.model_name_or_path:
+        config = from_name(
+            AutoConfig.from_pretrained, model_args.model_name_or_path, "--model_name_or_path", **hub_kwargs
+        )
     else:
         raise ValueError(
             "No model given: pass --model_name_or_path (a checkpoint) or --config_name (a preset: "
@@ -231,53 +259,47 @@ def load_config(
     return config
 
 
-def apply_config_overrides(config: PreTrainedConfig, overrides: str) -> None:
+def apply_config_overrides(config, overrides: str) -> None:
     """Set `k=v,k=v` fields on `config` (values typed like the current ones) and validate the result."""
     for item in overrides.split(","):
         if "=" not in item:
             raise ValueError(f"--config_overrides takes `key=value` pairs separated by commas, got {item!r}.")
     try:
         config.update_from_string(overrides)
-    except ValueError as error:
-        raise ValueError(
-            f"--config_overrides {overrides!r}: {error}. Valid keys: {sorted(config.to_dict())}."
-        ) from error
-    config.validate()
+        config.validate()
+    except (ValueError, StrictDataclassClassValidationError) as error:
+        keys = f" Valid keys: {sorted(config.to_dict())}." if isinstance(error, ValueError) else ""
+        raise ValueError(f"--config_overrides {overrides!r}: {error.__cause__ or error}.{keys}") from error
     logger.info(f"Config after --config_overrides: {config}")
 
 
 def load_tokenizer(model_args: ModelArguments, required: bool = True):
     """The tokenizer of `--tokenizer_name`, else of `--model_name_or_path`; None (or an error if `required`) if neither."""
     name = model_args.tokenizer_name or model_args.model_name_or_path
-    if name is None:
-        if required:
-            raise ValueError(
-                "No tokenizer: pass --tokenizer_name (a tokenizer directory or Hub id, e.g. one saved by "
-                "`python -m gmlp.tokenization_gmlp` or by run_mlm.py) or --model_name_or_path of a checkpoint "
-                "that has one."
-            )
-        return None
-    return AutoTokenizer.from_pretrained(name, **model_args.hub_kwargs())
+    if name is None and required:
+        raise ValueError(
+            "No tokenizer: pass --tokenizer_name (a tokenizer directory or Hub id, e.g. one saved by "
+            "`python -m gmlp.tokenization_gmlp` or by run_mlm.py) or --model_name_or_path of a checkpoint that has one."
+        )
+    option = "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path"
+    return name and from_name(AutoTokenizer.from_pretrained, name, option, **model_args.hub_kwargs())
 
 
-def load_model(auto_class, model_args: ModelArguments, config: PreTrainedConfig):
+def load_model(auto_class, model_args: ModelArguments, config):
     """`auto_class` (e.g. `AutoModelForMaskedLM`) from `--model_name_or_path`, or a new one from `config`."""
-    if model_args.model_name_or_path:
-        if os.path.isdir(model_args.model_name_or_path):
-            problem = weights_problem(Path(model_args.model_name_or_path))
-            if problem:
-                raise ValueError(f"Cannot load --model_name_or_path {model_args.model_name_or_path}: {problem}.")
-        return auto_class.from_pretrained(model_args.model_name_or_path, config=config, **model_args.hub_kwargs())
-    logger.info("Training a new model from scratch")
-    return auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
+    name = model_args.model_name_or_path
+    if name is None:
+        logger.info("Training a new model from scratch")
+        return auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
+    if os.path.isdir(name) and (problem := weights_problem(Path(name))):
+        raise ValueError(f"Cannot load --model_name_or_path {name}: {problem}.")
+    load = auto_class.from_pretrained
+    kwargs = {"config": config, "ignore_mismatched_sizes": model_args.ignore_mismatched_sizes}
+    return from_name(load, name, "--model_name_or_path", **kwargs, **model_args.hub_kwargs())
 
 
-def check_max_seq_length(max_seq_length: int | None, config: PreTrainedConfig, tokenizer) -> int:
-    """The sequence length to use: `max_seq_length`, or the model's n (capped by the tokenizer) when not given.
-
-    Raises ValueError when `max_seq_length` exceeds the model's spatial size n (`max_position_embeddings`), since
-    the spatial weights W are n x n and cannot take longer inputs.
-    """
+def check_max_seq_length(max_seq_length: int | None, config, tokenizer) -> int:
+    """`max_seq_length`, or the model's n (capped by the tokenizer) when not given; an error above n (W is n x n)."""
     n = config.max_position_embeddings
     if max_seq_length is None:
         return min(n, tokenizer.model_max_length)
@@ -292,17 +314,85 @@ def check_max_seq_length(max_seq_length: int | None, config: PreTrainedConfig, t
     return max_seq_length
 
 
-def load_data_files(
-    data_files: dict[str, str | None], cache_dir: str | None = None, streaming: bool = False
-) -> datasets.DatasetDict | datasets.IterableDatasetDict:
-    """A `DatasetDict` from local files, one per split (`{"train": path, ...}`; None entries are skipped), or with
-    `streaming` an `IterableDatasetDict` that reads them as it goes.
+def check_vocabulary(tokenizer, model) -> None:
+    """An error when `tokenizer` has more tokens than `model` has embeddings: its ids past them have none."""
+    size = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > size:
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {size} (vocab_size): its ids "
+            f"from {size} on have no embedding. Use the model's own tokenizer (--tokenizer_name), or, training from "
+            f"scratch, --config_overrides vocab_size={len(tokenizer)}."
+        )
 
-    The format follows the extension: .txt (one example per line, column "text"), .csv, .tsv, .json / .jsonl
-    (JSON lines, or one JSON document), .parquet. All files must share one format.
-    """
+
+def choose_labels(config, names: list[str], model_args: ModelArguments, source: str) -> list[str]:
+    """The label names, in id order, of a classifier for data labelled `names`: a checkpoint's own label map when it
+    names its labels (so that its ids keep their meaning), else `names`. Labels the checkpoint does not know are an
+    error naming them, unless `--ignore_mismatched_sizes` asks for a new head with the data's labels."""
+    own = [config.id2label[i] for i in range(config.num_labels)]
+    if not model_args.model_name_or_path or own == [f"LABEL_{i}" for i in range(len(own))]:
+        return list(names)
+    unknown = [name for name in names if name.lower() not in {label.lower() for label in own}]
+    if not unknown:
+        return own
+    listed = ", ".join(f"{i} = {name!r}" for i, name in enumerate(own))
+    if model_args.ignore_mismatched_sizes:
+        head = "a new head" if len(names) != len(own) else "its head, whose rows now stand for the new labels"
+        logger.warning(
+            f"--ignore_mismatched_sizes: {source} has labels the model does not know ({', '.join(unknown)}); "
+            f"fine-tuning {head}, with the data's labels {', '.join(names)} in place of the model's ({listed})."
+        )
+        return list(names)
+    raise ValueError(
+        f"{source}: label(s) {', '.join(map(repr, unknown))} are not labels of the model "
+        f"{model_args.model_name_or_path} (its labels: {listed}). Use the model's labels, or pass "
+        "--ignore_mismatched_sizes to fine-tune a new classification head on the data's labels."
+    )
+
+
+def set_labels(config, names: list[str] | None) -> None:
+    """Make `config` a classifier of the labels `names` (in id order), or a regression model (`names` None)."""
+    if names is None:
+        config.num_labels, config.problem_type = 1, "regression"
+    else:
+        config.id2label, config.label2id = dict(enumerate(names)), {name: i for i, name in enumerate(names)}
+        config.problem_type = "single_label_classification"
+
+
+class CheckedCollator:
+    """`collator`, then a check of each batch on the CPU, before it reaches the device: its `input_ids` below
+    `input_ids` (the vocabulary size) and its integer `labels` below `labels` (the number of classes, or the
+    vocabulary size for a language model), or -100. A bad id thus gives this clear error on every device (on an
+    accelerator an embedding or a loss fails with a device-side assert), at no per-step synchronisation."""
+
+    ADVICE = {
+        "input_ids": "the tokenizer does not match the model's vocabulary (vocab_size); use the model's own tokenizer.",
+        "labels": "labels must be mapped to the model's label ids (num_labels).",
+    }
+
+    def __init__(self, collator, **limits: int | None):
+        self.collator, self.limits = collator, limits
+
+    def __call__(self, examples):
+        batch = self.collator(examples)
+        for key, limit in self.limits.items():
+            values = batch.get(key)
+            if limit is None or not isinstance(values, torch.Tensor) or values.is_floating_point():
+                continue
+            bad = values[((values < 0) & (values != -100)) | (values >= limit)]
+            if bad.numel():
+                raise ValueError(
+                    f"A batch holds {key} {bad[0].item()}, outside the model's ids 0..{limit - 1}: {self.ADVICE[key]}"
+                )
+        return batch
+
+
+def load_data_files(data_files: dict, cache_dir: str | None = None, streaming: bool = False, **read_kwargs):
+    """A `DatasetDict` from local files, one per split (`{"train": path, ...}`; None entries are skipped), or with
+    `streaming` an `IterableDatasetDict` read as it goes. The format follows the extension (`DATA_FILE_BUILDERS`;
+    .txt gives one example per line, column "text"); all files must share one. `read_kwargs` go to the builder."""
     data_files = {split: path for split, path in data_files.items() if path is not None}
-    builders = set()
+    extensions = set()
     for split, path in data_files.items():
         if not os.path.isfile(path):
             raise FileNotFoundError(f"The {split} file {path!r} does not exist; check the --{split}_file path.")
@@ -312,17 +402,19 @@ def load_data_files(
                 f"The {split} file {path!r} has an unsupported extension {extension!r}; "
                 f"use one of {', '.join('.' + ext for ext in DATA_FILE_BUILDERS)}."
             )
-        builders.add(extension if extension != "jsonl" else "json")
+        extensions.add(extension.replace("jsonl", "json"))
         if extension != "parquet":
             check_text_file(path, f"The {split} file")
-        if extension in ("csv", "tsv") and not has_a_row_after_the_header(path):
-            raise ValueError(f"The {split} file {path} has no examples (only a header).")
-    if len(builders) > 1:
-        raise ValueError(f"All data files must have the same format, got {sorted(builders)}: {data_files}.")
-    builder, builder_kwargs = DATA_FILE_BUILDERS[builders.pop()]
+        if extension in ("csv", "tsv") and not read_kwargs.get("column_names"):
+            with open(path, encoding="utf-8-sig") as file:  # `datasets` fails on a file of one header line
+                if len(list(itertools.islice((line for line in file if line.strip()), 2))) < 2:
+                    raise ValueError(f"The {split} file {path} has no examples (only a header).")
+    if len(extensions) > 1:
+        raise ValueError(f"All data files must have the same format, got {sorted(extensions)}: {data_files}.")
+    builder, builder_kwargs = DATA_FILE_BUILDERS[extensions.pop()]
     try:
         loaded = datasets.load_dataset(
-            builder, data_files=data_files, cache_dir=cache_dir, streaming=streaming, **builder_kwargs
+            builder, data_files=data_files, cache_dir=cache_dir, streaming=streaming, **builder_kwargs, **read_kwargs
         )
     except Exception as error:  # datasets raises many types (ArrowInvalid, DatasetGenerationError, ...) for bad files
         raise ValueError(f"Could not read {', '.join(data_files.values())} as {builder}: {error}") from error
@@ -332,56 +424,23 @@ def load_data_files(
     return loaded
 
 
-def has_a_row_after_the_header(path: str) -> bool:
-    """Whether the csv/tsv file `path` has a non-blank line after its first one."""
-    with open(path, encoding="utf-8-sig") as file:
-        non_blank = (line for line in file if line.strip())
-        return next(non_blank, None) is not None and next(non_blank, None) is not None
-
-
-def check_text_file(path: str, what: str) -> None:
-    """Raise ValueError naming `path` if it is empty, blank or not UTF-8 text."""
-    blank = True
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    with open(path, "rb") as file:
-        offset = 0
-        while chunk := file.read(1 << 20):
-            try:
-                text = decoder.decode(chunk)
-            except UnicodeDecodeError as error:
-                raise ValueError(
-                    f"{what} {path} is not UTF-8 text (byte {offset + error.start}: {error.reason}); convert it, "
-                    "e.g. `iconv -f latin1 -t utf-8`."
-                ) from None
-            blank = blank and not text.strip()
-            offset += len(chunk)
-    if blank:
-        raise ValueError(f"{what} {path} is empty (or holds only blank lines).")
-
-
 def load_dataset_or_saved(name: str, config_name: str | None = None, **kwargs) -> datasets.DatasetDict:
-    """`datasets.load_dataset(name, config_name)`, or, when `name` is a folder written by `save_to_disk`, that
-    folder (whose splits are used as they are; `config_name` then only names the task)."""
+    """`datasets.load_dataset(name, config_name)`, or, for a folder written by `save_to_disk`, that folder (whose
+    splits are used as they are; `config_name` then only names the task)."""
     if os.path.isfile(os.path.join(name, "dataset_dict.json")):
         return datasets.load_from_disk(name)
     return datasets.load_dataset(name, config_name, **kwargs)
 
 
-def require_columns(
-    dataset: datasets.Dataset,
-    columns,
-    source: str,
-    hint: str = "Rename the columns in the file or pass the option that names them.",
-) -> None:
-    """Raise ValueError naming the columns of `columns` that `dataset` (read from `source`) lacks, and `hint`."""
+def require_columns(dataset, columns, source: str, hint: str = "Rename the columns in the file.") -> None:
+    """An error naming the `columns` that `dataset` (read from `source`) lacks, and `hint`."""
     missing = [column for column in columns if column not in dataset.column_names]
     if missing:
         raise ValueError(f"{source} has no column(s) {missing} (its columns: {dataset.column_names}). {hint}")
 
 
-def select_samples(dataset: datasets.Dataset, max_samples: int | None) -> datasets.Dataset:
-    """The first `max_samples` examples of `dataset` (all of them when None); for a streamed dataset, a stream of
-    them."""
+def select_samples(dataset, max_samples: int | None):
+    """The first `max_samples` examples of `dataset` (all when None), as a stream for a streamed dataset."""
     if max_samples is None:
         return dataset
     if isinstance(dataset, datasets.IterableDataset):
@@ -389,35 +448,29 @@ def select_samples(dataset: datasets.Dataset, max_samples: int | None) -> datase
     return dataset.select(range(min(max_samples, len(dataset))))
 
 
-# What a checkpoint written by the Trainer holds besides its weights; all of it is needed to resume.
-CHECKPOINT_STATE_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt")
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "adapter_model.safetensors")
-
-
 def weights_problem(folder: Path) -> str | None:
     """Why the model weights in `folder` cannot be read (missing, truncated or corrupt), or None."""
-    present = [name for name in WEIGHT_FILES if (folder / name).is_file()]
+    names = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "adapter_model.safetensors")
+    present = [folder / name for name in names if (folder / name).is_file()]
     if not present:
-        return f"it has no model weights ({' or '.join(WEIGHT_FILES[:1] + WEIGHT_FILES[2:3])})"
-    for name in present:
-        if name.endswith(".safetensors"):
+        return "it has no model weights (model.safetensors or pytorch_model.bin)"
+    for path in present:
+        if path.suffix == ".safetensors":
             try:
-                with safe_open(str(folder / name), framework="pt") as weights:
+                with safe_open(str(path), framework="pt") as weights:
                     weights.keys()
             except Exception as error:  # noqa: BLE001 (safetensors raises its own types for a bad header or a short file)
-                return f"{folder / name} is truncated or corrupt ({error})"
+                return f"{path} is truncated or corrupt ({error})"
     return None
 
 
 def checkpoint_problem(folder: Path) -> str | None:
     """Why the Trainer checkpoint `folder` cannot be resumed from (a file missing, unreadable or truncated), or None."""
-    problem = weights_problem(folder)
-    if problem:
+    if problem := weights_problem(folder):
         return problem
-    for name in CHECKPOINT_STATE_FILES:
-        path = folder / name
-        if not path.is_file() or path.stat().st_size == 0:
-            return f"{path} is missing or empty"
+    for name in ("trainer_state.json", "optimizer.pt", "scheduler.pt"):
+        if not (folder / name).is_file() or (folder / name).stat().st_size == 0:
+            return f"{folder / name} is missing or empty"
     try:
         json.loads((folder / "trainer_state.json").read_text())
     except (OSError, ValueError) as error:
@@ -430,7 +483,7 @@ def checkpoint_problem(folder: Path) -> str | None:
 
 
 def resolve_checkpoint(training_args: TrainingArguments) -> str | None:
-    """The checkpoint to resume from: `--resume_from_checkpoint`, either a checkpoint or a run directory holding
+    """The checkpoint to resume from: `--resume_from_checkpoint`, a checkpoint or a run directory holding
     `checkpoint-*` folders, of which the newest complete one is taken (a run killed while saving leaves an incomplete
     one behind); the ones skipped are logged with the reason."""
     path = training_args.resume_from_checkpoint
@@ -439,39 +492,78 @@ def resolve_checkpoint(training_args: TrainingArguments) -> str | None:
     folder = Path(path)
     if not folder.is_dir():
         raise FileNotFoundError(f"--resume_from_checkpoint {path!r} is not a directory; pass a checkpoint-* folder.")
-    numbered = [
-        (int(match.group(1)), child)
-        for child in folder.iterdir()
-        if child.is_dir() and (match := re.fullmatch(r"checkpoint-(\d+)", child.name))
-    ]
-    if not numbered:
-        problem = checkpoint_problem(folder)
-        if problem:
-            raise ValueError(f"Cannot resume from --resume_from_checkpoint {path}: {problem}.")
-        return str(folder)
+    candidates = checkpoint_folders(folder)[::-1] or [folder]
     skipped = []
-    for _, checkpoint in sorted(numbered, reverse=True):
-        problem = checkpoint_problem(checkpoint)
-        if problem is None:
+    for checkpoint in candidates:
+        if (problem := checkpoint_problem(checkpoint)) is None:
             for name, reason in skipped:
                 logger.warning(f"Skipping the incomplete checkpoint {name}: {reason}")
             logger.warning(f"Resuming from {checkpoint}")
             return str(checkpoint)
         skipped.append((checkpoint.name, problem))
-    reasons = "; ".join(f"{name}: {reason}" for name, reason in skipped)
-    raise ValueError(f"No complete checkpoint to resume from in {path} ({reasons}).")
+    if candidates == [folder]:
+        raise ValueError(f"Cannot resume from --resume_from_checkpoint {path}: {skipped[0][1]}.")
+    raise ValueError(
+        f"No complete checkpoint to resume from in {path} ({'; '.join(f'{n}: {r}' for n, r in skipped)})."
+    )
 
 
-def train_and_save(trainer, training_args: TrainingArguments, num_train_samples: int | None) -> None:
-    """Train (resuming if asked), save the model and tokenizer, and log/save the train metrics and state."""
-    train_result = trainer.train(resume_from_checkpoint=resolve_checkpoint(training_args))
-    logger.info(f"Trained as {type(trainer.model_wrapped).__name__} in {training_args.world_size} process(es)")
+# Settings that may change when a run is resumed without changing what it trains: where and how often it reports,
+# saves and evaluates, and how long it goes on.
+BOOKKEEPING = re.compile(
+    r"eval|predict|test|log|hub|report|save|^do_|output_dir|resume|run_name|max_steps|epochs|^token$|cache"
+)
+
+
+class RunSettings(TrainerCallback):
+    """The settings of a run that shape its training (every argument but bookkeeping), written into every checkpoint
+    it saves (`run_settings.json`), so that a resume can say how the run that wrote its checkpoint differed."""
+
+    def __init__(self, arguments):
+        values = {}
+        for args in arguments:
+            values |= args.to_dict() if isinstance(args, TrainingArguments) else dataclasses.asdict(args)
+        self.settings = json.loads(
+            json.dumps({k: v for k, v in values.items() if not BOOKKEEPING.search(k)}, default=str)
+        )
+
+    def on_save(self, args, state, control, **kwargs):
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and checkpoint.is_dir():
+            (checkpoint / "run_settings.json").write_text(json.dumps(self.settings, indent=1, sort_keys=True))
+
+    def compare(self, checkpoint: str) -> None:
+        """Log each setting in which the run that wrote `checkpoint` differs from this one."""
+        path = Path(checkpoint) / "run_settings.json"
+        if not path.is_file():
+            logger.warning(f"{checkpoint} does not say which settings wrote it (run_settings.json); not compared.")
+            return
+        saved, now = json.loads(path.read_text()), self.settings
+        changed = [
+            f"{k} {saved.get(k)!r} (this run: {now.get(k)!r})"
+            for k in sorted(saved | now)
+            if saved.get(k) != now.get(k)
+        ]
+        if changed:
+            logger.warning(
+                f"{checkpoint} was written by a run with other settings: {'; '.join(changed)}. The optimizer and "
+                "learning-rate schedule continue from the checkpoint's."
+            )
+
+
+def train_and_save(trainer, num_train_samples: int | None, arguments) -> None:
+    """Train (resuming if asked), save the model and tokenizer, and log/save the train metrics and state.
+    `arguments` are the run's parsed argument dataclasses (see `RunSettings`)."""
+    settings = RunSettings(arguments)
+    trainer.add_callback(settings)
+    if checkpoint := resolve_checkpoint(trainer.args):
+        settings.compare(checkpoint)
+    metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
+    logger.info(f"Trained as {type(trainer.model_wrapped).__name__} in {trainer.args.world_size} process(es)")
     trainer.save_model()
-    metrics = train_result.metrics
     if num_train_samples is not None:  # unknown for a streamed dataset
         metrics["train_samples"] = num_train_samples
-    trainer.log_metrics("train", metrics)
-    trainer.save_metrics("train", metrics)
+    record_metrics(trainer, "train", metrics)
     trainer.save_state()
 
 
@@ -479,68 +571,3 @@ def record_metrics(trainer, split: str, metrics: dict) -> None:
     """Log `metrics` and merge them into `<split>_results.json` and `all_results.json` of the output directory."""
     trainer.log_metrics(split, metrics)
     trainer.save_metrics(split, metrics)
-
-
-def publish(
-    trainer, training_args: TrainingArguments, model_args: ModelArguments, task: str, dataset: str | None = None
-) -> None:
-    """Write the model card (`gmlp.model_card`: what the model is, how to load it, its data and results) into the
-    output directory, and push to the Hub with `--push_to_hub`."""
-
-    def write_card(**_trainer_card_arguments):
-        if not trainer.is_world_process_zero():
-            return
-        output_dir = Path(training_args.output_dir)
-        results = output_dir / "all_results.json"
-        hyperparameters = {
-            "learning_rate": training_args.learning_rate,
-            "train_batch_size": training_args.per_device_train_batch_size * max(1, training_args.world_size),
-            "gradient_accumulation_steps": training_args.gradient_accumulation_steps,
-            "steps" if training_args.max_steps > 0 else "epochs": (
-                training_args.max_steps if training_args.max_steps > 0 else training_args.num_train_epochs
-            ),
-            "warmup_steps": training_args.warmup_steps,
-            "weight_decay": training_args.weight_decay,
-            "seed": training_args.seed,
-        }
-        card = model_card(
-            trainer.model.config,
-            repo_id=training_args.hub_model_id or output_dir.resolve().name,
-            task=task,
-            parameters=sum(p.numel() for p in {id(p): p for p in trainer.model.parameters()}.values()),
-            base_model=model_args.model_name_or_path,
-            dataset=dataset,
-            metrics=json.loads(results.read_text()) if results.is_file() else None,
-            hyperparameters=hyperparameters if training_args.do_train else None,
-        )
-        (output_dir / "README.md").write_text(card, encoding="utf-8")
-
-    # The Trainer's push_to_hub writes the card through this method: ours replaces its generic one.
-    trainer.create_model_card = write_card
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
-    else:
-        write_card()
-
-
-__all__ = [
-    "DATA_FILE_BUILDERS",
-    "ModelArguments",
-    "apply_config_overrides",
-    "check_max_seq_length",
-    "check_text_file",
-    "load_config",
-    "load_data_files",
-    "load_dataset_or_saved",
-    "load_model",
-    "load_tokenizer",
-    "parse_arguments",
-    "prepare_output_dir",
-    "publish",
-    "record_metrics",
-    "require_columns",
-    "resolve_checkpoint",
-    "select_samples",
-    "setup_logging",
-    "train_and_save",
-]

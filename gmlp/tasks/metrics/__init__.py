@@ -1,13 +1,15 @@
-"""The Hub's `glue`, `squad` and `squad_v2` evaluation metrics, shipped with the package to work offline.
+"""The Hub's `glue`, `squad` and `squad_v2` metrics, shipped to work offline: each an `evaluate` script in its folder
+here (`glue/glue.py`, ...) with the same names, inputs, outputs and numbers as on the Hub, over the scores below
+(SQuAD's follow the official evaluation scripts, https://rajpurkar.github.io/SQuAD-explorer/)."""
 
-Each metric is an `evaluate` metric script in its own folder here (`glue/glue.py`, ...), giving the same names,
-inputs, outputs and numbers as the metric of the same name on the Hub. Load one with `load_metric`, or with
-`evaluate.load(metric_path(name), config_name)`.
-"""
-
+import re
+import string
+from collections import Counter
 from pathlib import Path
 
 import evaluate
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import f1_score, matthews_corrcoef
 
 METRIC_NAMES = ("glue", "squad", "squad_v2")
 
@@ -20,11 +22,103 @@ def metric_path(name: str) -> str:
 
 
 def load_metric(name: str, config_name: str | None = None, **kwargs) -> evaluate.EvaluationModule:
-    """Load the packaged metric `name` (a GLUE task name as `config_name` for "glue") without the Hub.
-
-    Extra keyword arguments go to `evaluate.load` (e.g. `experiment_id`, `num_process`, `process_id`).
-    """
+    """The packaged metric `name` (for "glue", a GLUE task as `config_name`), loaded by `evaluate` without the Hub;
+    keyword arguments go to `evaluate.load` (e.g. `experiment_id`)."""
     return evaluate.load(metric_path(name), config_name, **kwargs)
 
 
-__all__ = ["METRIC_NAMES", "load_metric", "metric_path"]
+def accuracy(predictions, references) -> dict:
+    return {"accuracy": float((predictions == references).mean())}
+
+
+GLUE_SCORES = {
+    "cola": lambda p, r: {"matthews_correlation": float(matthews_corrcoef(r, p))},
+    "stsb": lambda p, r: {"pearson": float(pearsonr(p, r)[0]), "spearmanr": float(spearmanr(p, r)[0])},
+    **dict.fromkeys(["mrpc", "qqp"], lambda p, r: {**accuracy(p, r), "f1": float(f1_score(y_true=r, y_pred=p))}),
+    **dict.fromkeys(["sst2", "mnli", "mnli_mismatched", "mnli_matched", "qnli", "rte", "wnli", "hans"], accuracy),
+}
+
+
+def normalize_answer(text: str) -> str:
+    """Lowercase, remove punctuation and the articles a/an/the, and collapse whitespace."""
+    text = "".join(char for char in text.lower() if char not in string.punctuation)
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
+def exact_and_f1(prediction: str, gold: str, empty_matches_empty: bool) -> tuple[int, float]:
+    """Whether the normalised texts are equal, and the F1 of their bags of tokens (with `empty_matches_empty`, as in
+    SQuAD v2.0, an empty answer has F1 1 against an empty one and 0 against any other)."""
+    predicted, expected = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if empty_matches_empty and not (predicted and expected):
+        return int(predicted == expected), float(predicted == expected)
+    same = sum((Counter(predicted) & Counter(expected)).values())
+    f1 = 0.0 if same == 0 else 2 * same / (len(predicted) + len(expected))
+    return int(predicted == expected), f1
+
+
+def squad_scores(predictions: dict[str, str], references: list[dict]) -> dict:
+    """SQuAD v1.1's exact match and F1 in percent: each the best over a question's gold answers, averaged over the
+    questions (one without a prediction scores 0)."""
+    exact = f1 = 0.0
+    for reference in references:
+        golds = reference["answers"]["text"]
+        if not golds:
+            raise ValueError(
+                f"Question {reference['id']!r} has no gold answer. SQuAD v1.1 questions all have one; score "
+                "unanswerable questions with the squad_v2 metric."
+            )
+        if reference["id"] in predictions:
+            scores = [exact_and_f1(predictions[reference["id"]], gold, False) for gold in golds]
+            exact, f1 = exact + max(s[0] for s in scores), f1 + max(s[1] for s in scores)
+    return {"exact_match": 100.0 * exact / len(references), "f1": 100.0 * f1 / len(references)}
+
+
+def squad_v2_scores(predictions: dict[str, str], no_answer: dict[str, float], references: list[dict], threshold=1.0):
+    """SQuAD v2.0's scores in percent: exact match and F1 over all questions and over the answerable (HasAns) and
+    unanswerable (NoAns) ones, a question whose no-answer probability exceeds `threshold` counting as abstaining; and
+    the best of each over all thresholds (best_exact, best_exact_thresh, best_f1, best_f1_thresh)."""
+    missing = [reference["id"] for reference in references if reference["id"] not in predictions]
+    if missing:
+        raise ValueError(f"No prediction for the questions {missing}: give one prediction per reference.")
+    has_answer = {reference["id"]: bool(reference["answers"]["text"]) for reference in references}
+    raw = {}  # id -> (exact, f1), the best over the gold answers; an unanswerable question's only one is ""
+    for reference in references:
+        golds = [text for text in reference["answers"]["text"] if normalize_answer(text)] or [""]
+        scores = [exact_and_f1(predictions[reference["id"]], gold, True) for gold in golds]
+        raw[reference["id"]] = (max(s[0] for s in scores), max(s[1] for s in scores))
+    result = {}
+    for kind, index in (("exact", 0), ("f1", 1)):
+        scores = {
+            qid: float(not has_answer[qid]) if no_answer[qid] > threshold else score[index]
+            for qid, score in raw.items()
+        }
+        for prefix, ids in (("", list(has_answer)), ("HasAns_", [q for q in has_answer if has_answer[q]])):
+            if ids:
+                result |= {
+                    f"{prefix}{kind}": 100.0 * sum(scores[q] for q in ids) / len(ids),
+                    f"{prefix}total": len(ids),
+                }
+        if noans := [q for q in has_answer if not has_answer[q]]:
+            result |= {f"NoAns_{kind}": 100.0 * sum(scores[q] for q in noans) / len(noans), "NoAns_total": len(noans)}
+    order = [
+        "exact",
+        "f1",
+        "total",
+        "HasAns_exact",
+        "HasAns_f1",
+        "HasAns_total",
+        "NoAns_exact",
+        "NoAns_f1",
+        "NoAns_total",
+    ]
+    result = {key: result[key] for key in order if key in result}
+    for kind, index in (("exact", 0), ("f1", 1)):
+        # Abstaining everywhere scores the unanswerable questions; then answer them by rising no-answer probability.
+        current = best = sum(not answerable for answerable in has_answer.values())
+        best_threshold = 0.0
+        for qid in sorted((q for q in no_answer if q in raw), key=no_answer.get):
+            current += raw[qid][index] if has_answer[qid] else -bool(predictions[qid])
+            if current > best:
+                best, best_threshold = current, no_answer[qid]
+        result |= {f"best_{kind}": 100.0 * best / len(raw), f"best_{kind}_thresh": best_threshold}
+    return result
