@@ -361,14 +361,14 @@ class GMLPDynamicLayer(DynamicLayer):
 
     def update_gates(self, gates: torch.Tensor) -> torch.Tensor:
         """Append these tokens' gates; return the gates of all the tokens so far."""
-        cached = self.get_seq_length()
-        total = cached + gates.shape[1]
+        cached_length = self.get_seq_length()
+        total = cached_length + gates.shape[1]
         if self.gate_storage is None or total > self.gate_storage.shape[1]:
             storage = gates.new_empty(gates.shape[0], 2 * total, gates.shape[2])
-            if cached:
-                storage[:, :cached] = self.gates
+            if cached_length:
+                storage[:, :cached_length] = self.gates
             self.gate_storage = storage
-        self.gate_storage[:, cached:total] = gates
+        self.gate_storage[:, cached_length:total] = gates
         self.gates = self.gate_storage[:, :total]
         return self.gates
 
@@ -635,9 +635,9 @@ class GMLPModel(GMLPPreTrainedModel):
             cache = DynamicCache(config=self.config)
         if cache is not None:
             check_cache_layers(cache, self.config.num_hidden_layers)
-        cached = cache.get_seq_length() if cache is not None else 0
-        self._check_input_shape(input_shape, attention_mask, token_type_ids, cached)
-        positions = self._positions(input_shape, attention_mask, position_ids, cached)
+        cached_length = cache.get_seq_length() if cache is not None else 0
+        self._check_input_shape(input_shape, attention_mask, token_type_ids, cached_length)
+        positions = self._positions(input_shape, attention_mask, position_ids, cached_length)
         hidden_states = self.embeddings(input_ids, token_type_ids, inputs_embeds)
         tiny_attention_mask = self._tiny_attention_mask(hidden_states, attention_mask, cache)
         hidden_states = self.encoder(
@@ -651,16 +651,16 @@ class GMLPModel(GMLPPreTrainedModel):
         sequence_output = self.final_norm(hidden_states)
         return BaseModelOutputWithPast(last_hidden_state=sequence_output, cache=cache if use_cache else None)
 
-    def _positions(self, input_shape, attention_mask, position_ids, cached: int) -> TokenPositions:
+    def _positions(self, input_shape, attention_mask, position_ids, cached_length: int) -> TokenPositions:
         """The query and key positions for the spatial projection. Causal models count real tokens, so that a
         left-padded row uses W and b as the same tokens alone would; the keys are the cached tokens followed by the new
         ones."""
         length = input_shape[1]
-        if self.config.is_decoder and (attention_mask is not None or cached):
+        if self.config.is_decoder and (attention_mask is not None or cached_length):
             if attention_mask is not None:
                 key_positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
             else:
-                key_positions = torch.arange(cached + length, device=self.device)[None]
+                key_positions = torch.arange(cached_length + length, device=self.device)[None]
             query_positions = position_ids if position_ids is not None else key_positions[:, -length:]
         elif position_ids is not None:
             query_positions = key_positions = position_ids
@@ -694,25 +694,25 @@ class GMLPModel(GMLPPreTrainedModel):
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
 
-    def _check_input_shape(self, input_shape, attention_mask, token_type_ids, cached: int = 0):
+    def _check_input_shape(self, input_shape, attention_mask, token_type_ids, cached_length: int = 0):
         """Clear errors for inputs the spatial weights cannot take, before they fail deep inside torch."""
         if len(input_shape) != 2:
             raise ValueError(f"Expected inputs of shape (batch_size, sequence_length), got {tuple(input_shape)}.")
         length, max_length = input_shape[1], self.config.max_position_embeddings
-        if cached + length > max_length:
-            cache_note = f" ({cached} cached + {length} new)" if cached else ""
+        if cached_length + length > max_length:
+            cache_note = f" ({cached_length} cached + {length} new)" if cached_length else ""
             raise ValueError(
-                f"Input sequence length {cached + length}{cache_note} exceeds this model's maximum sequence length "
+                f"Input sequence length {cached_length + length}{cache_note} exceeds this model's maximum sequence length "
                 f"{max_length} (`max_position_embeddings`, the size n of the spatial weights). Truncate the inputs to "
                 f"{max_length} tokens (e.g. `tokenizer(..., truncation=True, max_length={max_length})`) or use a model "
                 f"configured with a larger `max_position_embeddings`."
             )
         if length < 1:
             raise ValueError("Input sequences must contain at least one token.")
-        expected = {"attention_mask": (input_shape[0], cached + length), "token_type_ids": tuple(input_shape)}
+        expected = {"attention_mask": (input_shape[0], cached_length + length), "token_type_ids": tuple(input_shape)}
         for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
             if tensor is not None and tuple(tensor.shape) != expected[name]:
-                covers = " (the cached tokens and the new ones)" if cached and name == "attention_mask" else ""
+                covers = " (the cached tokens and the new ones)" if cached_length and name == "attention_mask" else ""
                 raise ValueError(
                     f"`{name}` has shape {tuple(tensor.shape)} but must have shape {expected[name]}{covers}: the "
                     f"inputs have shape {tuple(input_shape)}."
@@ -909,8 +909,8 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
-        kept = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        logits = self.lm_head(hidden_states[:, kept])
+        logit_positions = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(hidden_states[:, logit_positions])
         loss = None
         if labels is not None:
             check_labels(labels, self.config.vocab_size)
