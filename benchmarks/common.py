@@ -1,0 +1,261 @@
+"""What the benchmarks share: models of equal parameter count, batches, interleaved timing and paired ratios, peak
+memory, the machine's description and markdown tables.
+
+Nothing here knows a benchmark's sizes: every function takes the shape it works on.
+"""
+
+import ctypes
+import ctypes.util
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+# ------------------------------------------------------------------------------------------------ models
+
+
+def num_parameters(model: torch.nn.Module) -> int:
+    """Unique parameters (tied weights once): `num_parameters()` for a Transformers model, the same count otherwise."""
+    if hasattr(model, "num_parameters"):
+        return model.num_parameters()
+    return sum(p.numel() for p in model.parameters())
+
+
+def parameters_of(build: Callable[[], torch.nn.Module]) -> int:
+    """The parameter count of the model `build()` makes, built on the meta device (no memory, no initialisation)."""
+    with torch.device("meta"):
+        return num_parameters(build())
+
+
+def fit_affine(count: Callable[[int], int], target: int, low: int, high: int) -> int:
+    """The integer x whose `count(x)` is nearest `target`, for a count affine in x (an FFN width, a number of
+    layers): two points give the line."""
+    at_low, at_high = count(low), count(high)
+    return round(low + (target - at_low) * (high - low) / (at_high - at_low))
+
+
+def bert_config(like: dict, target_parameters: int | None = None, head_size: int = 64, **overrides) -> BertConfig:
+    """`BertForMaskedLM`'s config with the vocabulary, width, depth and length of the model `like` (gMLP's config
+    fields) and heads of `head_size`; its FFN width matches `target_parameters` unless `intermediate_size` is given."""
+    fields = {
+        "vocab_size": like["vocab_size"],
+        "hidden_size": like["hidden_size"],
+        "num_hidden_layers": like["num_hidden_layers"],
+        "num_attention_heads": like["hidden_size"] // head_size,
+        "max_position_embeddings": like["max_position_embeddings"],
+        **overrides,
+    }
+    return with_matched_width(BertForMaskedLM, BertConfig, fields, "intermediate_size", target_parameters)
+
+
+def gpt2_config(like: dict, target_parameters: int, head_size: int = 64, **overrides) -> GPT2Config:
+    """`GPT2LMHeadModel`'s config with the shape of the model `like` and the FFN width that matches the count."""
+    fields = {
+        "vocab_size": like["vocab_size"],
+        "n_positions": like["max_position_embeddings"],
+        "n_embd": like["hidden_size"],
+        "n_layer": like["num_hidden_layers"],
+        "n_head": like["hidden_size"] // head_size,
+        "pad_token_id": 0,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        **overrides,
+    }
+    return with_matched_width(GPT2LMHeadModel, GPT2Config, fields, "n_inner", target_parameters)
+
+
+def with_matched_width(model_class, config_class, fields: dict, width: str, target_parameters: int):
+    """`config_class(**fields)`, its FFN width field `width` (unless given) set so that `model_class` of it has the
+    parameter count nearest `target_parameters`."""
+    if width not in fields:
+        low = fields.get("hidden_size", fields.get("n_embd"))
+        fields[width] = fit_affine(
+            lambda size: parameters_of(lambda: model_class(config_class(**fields | {width: size}))),
+            target_parameters,
+            low,
+            2 * low,
+        )
+    return config_class(**fields)
+
+
+def mlm_batch(
+    batch_size: int, length: int, vocab_size: int, device="cpu", mask_probability: float = 0.15, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random token ids (from 5 up, clear of the special tokens) and MLM labels at a `mask_probability` share of
+    the positions (-100 elsewhere)."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab_size, (batch_size, length), generator=generator)
+    labels = torch.full_like(input_ids, -100)
+    labelled = torch.rand(batch_size, length, generator=generator) < mask_probability
+    labels[labelled] = input_ids[labelled]
+    return input_ids.to(device), labels.to(device)
+
+
+# ------------------------------------------------------------------------------------------------ timing
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the device's queued work (a no-op on the CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def seconds_per_call(step: Callable, repeats: int, device: torch.device | str) -> float:
+    """Seconds per call of `step` over `repeats` calls: CUDA events on a GPU (after the queue is drained), the host
+    clock on the CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            step()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / repeats
+    start_time = time.perf_counter()
+    for _ in range(repeats):
+        step()
+    return (time.perf_counter() - start_time) / repeats
+
+
+def interleaved(
+    steps: dict[str, Callable], rounds: int, warmup: int = 1, repeats: int = 1, device="cpu"
+) -> dict[str, list[float]]:
+    """Seconds per call of each step function, every round running each case once (A B C A B C ...), after
+    `warmup` calls of each."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    synchronize(device)
+    times = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            times[name].append(seconds_per_call(step, repeats, device))
+    return times
+
+
+def paired_ratio(times: dict[str, list[float]], name: str, reference: str) -> float:
+    """Median over rounds of (reference time / case time): above 1 means `name` is faster."""
+    return statistics.median(r / t for r, t in zip(times[reference], times[name], strict=True))
+
+
+def matmul_peak_flops(device="cpu", dtype: torch.dtype = torch.float32, size: int = 2048, rounds: int = 9) -> float:
+    """FLOP/s of a size^3 matrix product on random data (the median of `rounds`): the ceiling MFU is taken against."""
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
+    times = interleaved({"mm": lambda: torch.mm(a, b)}, rounds, warmup=2, device=device)["mm"]
+    return 2 * size**3 / statistics.median(times)
+
+
+# ------------------------------------------------------------------------------------------------ memory
+
+# glibc's malloc returns large freed blocks (an MLM step's logits) to the kernel and faults them back in on the
+# next step: 20-30% of a CPU step. High thresholds keep them; low ones map and unmap every allocation of 128 KiB
+# or more on its own, so that the resident size follows the live tensors (for measuring peak memory).
+KEEP_FREED_MEMORY = 2**31 - 1
+MAP_EACH_ALLOCATION = 131072
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def set_malloc_thresholds(threshold: int) -> dict[str, int]:
+    """Set glibc malloc's mmap and trim thresholds for this process (`mallopt`, what the MALLOC_MMAP_THRESHOLD_ /
+    MALLOC_TRIM_THRESHOLD_ variables set at start); returns the settings, for the results."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    for option in (_M_MMAP_THRESHOLD, _M_TRIM_THRESHOLD):
+        if not libc.mallopt(option, threshold):
+            raise RuntimeError(f"mallopt({option}, {threshold}) failed: not glibc?")
+    return {"mmap_threshold": threshold, "trim_threshold": threshold}
+
+
+def resident_kib(field: str) -> int:
+    """A memory field of /proc/self/status (VmRSS: resident now, VmHWM: the high-water mark), in KiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}; peak memory on the CPU is measured on Linux only.")
+
+
+def peak_added_mib(step: Callable, repeats: int, device="cpu") -> float:
+    """The peak memory `repeats` calls of `step` add over what is allocated before them (MiB). On a GPU, the caching
+    allocator's peak (`max_memory_allocated`); on the CPU, the kernel's resident high-water mark, reset first
+    (/proc/self/clear_refs) so that building the model does not count: run it in a fresh process with
+    `set_malloc_thresholds(MAP_EACH_ALLOCATION)`, so that the resident size follows the live tensors."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        for _ in range(repeats):
+            step()
+        torch.cuda.synchronize(device)
+        return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+    Path("/proc/self/clear_refs").write_text("5")
+    before = resident_kib("VmRSS")
+    for _ in range(repeats):
+        step()
+    return (resident_kib("VmHWM") - before) / 1024
+
+
+# ------------------------------------------------------------------------------------------------ machine
+
+
+def machine_info(device="cpu", threads: int | None = None) -> dict:
+    """The processor (and GPU), thread count, versions and load at the start: the first line of every table."""
+    cpu = platform.processor()
+    try:
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        pass
+    info = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "threads": threads or torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "load_average_at_start": os.getloadavg(),
+    }
+    if torch.device(device).type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+# ------------------------------------------------------------------------------------------------ tables
+
+
+def table(headers: list[str], rows: list[list]) -> list[str]:
+    """A markdown table, as lines, with a blank line after: columns of figures (every cell empty or starting with a digit)
+    right-aligned, the others left-aligned."""
+    cells = [[str(cell) for cell in row] for row in rows]
+    figures = [all(not row[i] or row[i][:1].isdigit() for row in cells) for i in range(len(headers))]
+    text = tabulate(
+        cells,
+        headers=headers,
+        tablefmt="pipe",
+        disable_numparse=True,
+        colalign=["right" if figure else "left" for figure in figures],
+    )
+    return [*text.splitlines(), ""]
+
+
+def times(value: float, digits: int = 2) -> str:
+    """A ratio as `1.07x`."""
+    return f"{value:.{digits}f}x"
+
+
+def percent(value: float) -> str:
+    """A share as `72%`."""
+    return f"{100 * value:.0f}%"

@@ -1,0 +1,1 @@
+"""Speed and memory benchmarks, one module per section (`python -m benchmarks.speed --help`)."""

@@ -1,0 +1,257 @@
+"""The speed benchmark's models (gMLP, aMLP, BERT and GPT-2 at equal parameter count), their FLOP counts and the
+step functions the sections time."""
+
+import sys
+
+import torch
+from transformers import AutoModelForMaskedLM, BertForMaskedLM, BertModel
+
+from ..baseline import gmlp_at, label
+from ..common import bert_config, fit_affine, parameters_of
+
+# The CPU tables' model: a 15M-parameter gMLP with the paper's Toeplitz W, as for g-mlp-pytorch.
+SMALL = {
+    "vocab_size": 30522,
+    "hidden_size": 256,
+    "num_hidden_layers": 12,
+    "intermediate_size": 1536,
+    "max_position_embeddings": 128,
+}
+BATCH_SIZE = 8
+TINY_ATTENTION_SIZE = 64  # aMLP-base's
+
+
+def gmlp_config(ref: str | None = None, **overrides):
+    """The benchmark's gMLP config (SMALL with `overrides`), from the model at git revision `ref` (None: the
+    working tree)."""
+    return gmlp_at(ref).GMLPConfig(**{**SMALL, **overrides})
+
+
+def amlp_config(ref: str | None = None, **overrides):
+    """aMLP with aMLP-base's tiny attention and the number of blocks that matches gMLP's parameter count (the
+    paper's aMLP-base, too, has fewer blocks than gMLP-base)."""
+    modeling = gmlp_at(ref)
+    target = parameters_of(lambda: modeling.GMLPForMaskedLM(gmlp_config(ref, **overrides)))
+    fields = {**SMALL, "tiny_attention_size": TINY_ATTENTION_SIZE, **overrides}
+
+    def count(layers):
+        return parameters_of(
+            lambda: modeling.GMLPForMaskedLM(modeling.GMLPConfig(**fields | {"num_hidden_layers": layers}))
+        )
+
+    return modeling.GMLPConfig(**fields | {"num_hidden_layers": fit_affine(count, target, 1, 2)})
+
+
+def matched_bert_config(shape: dict = SMALL, length: int | None = None, layers: int | None = None, **overrides):
+    """BERT with the width and depth of gMLP of `shape` (heads of 64) and the FFN width that matches its count, with
+    n = `length` and `layers` layers if given (the FFN width stays the one matched at `shape`)."""
+    target = parameters_of(lambda: gmlp_at(None).GMLPForMaskedLM(gmlp_at(None).GMLPConfig(**shape)))
+    config = bert_config(shape, target, **overrides)
+    config.max_position_embeddings = length or config.max_position_embeddings
+    config.num_hidden_layers = layers or config.num_hidden_layers
+    return config
+
+
+def g_mlp_pytorch_model(length: int):
+    """lucidrains' gMLP configured like ours: bidirectional (causal=False), a full n x n W (circulant_matrix=False:
+    its "circulant" option is a position-scaled, lower-triangular matrix, not the paper's Toeplitz W), d_ffn =
+    6 d_model, one head. It has no dropout, no head transform and an untied output projection."""
+    from g_mlp_pytorch import gMLP
+
+    return gMLP(
+        num_tokens=SMALL["vocab_size"],
+        dim=SMALL["hidden_size"],
+        depth=SMALL["num_hidden_layers"],
+        seq_len=length,
+        ff_mult=SMALL["intermediate_size"] // SMALL["hidden_size"],
+        heads=1,
+        causal=False,
+        circulant_matrix=False,
+    )
+
+
+# ----------------------------------------------------------------------------------------------- losses
+
+
+def hf_loss(model, input_ids, labels):
+    return model(input_ids=input_ids, labels=labels).loss
+
+
+def sparse_loss(model, input_ids, labels):
+    """gMLP / aMLP with logits at the labelled positions only (`sparse_prediction=True`)."""
+    return model(input_ids=input_ids, labels=labels, sparse_prediction=True).loss
+
+
+def sparse_bert_loss(model: BertForMaskedLM, input_ids, labels):
+    """BERT with the same labelled-positions-only vocabulary projection, to compare like with like."""
+    hidden = model.bert(input_ids=input_ids).last_hidden_state
+    labelled = labels != -100
+    logits = model.cls(hidden[labelled])
+    return torch.nn.functional.cross_entropy(logits, labels[labelled])
+
+
+def g_mlp_pytorch_loss(model, input_ids, labels):
+    logits = model(input_ids)
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+
+def training_cases(refs: tuple[str | None, ...] = (None,), only: str | None = None) -> dict:
+    """name -> (model, loss function, description) of the MLM training table, or just the case `only`: gMLP at each
+    git revision in `refs` (None: the working tree), BERT of equal parameter count and g-mlp-pytorch (left out,
+    with a note, where it is not installed). Ours and BERT keep their default dropout (0.1)."""
+    length = SMALL["max_position_embeddings"]
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    factories = {}
+    for ref in refs:
+        model = gmlp_at(ref).GMLPForMaskedLM
+        factories[label("gmlp (full logits)", ref)] = (
+            lambda model=model, ref=ref: model(gmlp_config(ref)),
+            hf_loss,
+            "GMLPForMaskedLM, default output",
+        )
+        factories[label("gmlp sparse_prediction", ref)] = (
+            lambda model=model, ref=ref: model(gmlp_config(ref)),
+            sparse_loss,
+            "GMLPForMaskedLM, sparse_prediction=True",
+        )
+    factories |= {
+        "BertForMaskedLM": (
+            lambda: AutoModelForMaskedLM.from_config(matched_bert_config()),
+            hf_loss,
+            "default dropout 0.1, full logits",
+        ),
+        "BertForMaskedLM no dropout": (
+            lambda: AutoModelForMaskedLM.from_config(matched_bert_config(**no_dropout)),
+            hf_loss,
+            "dropout 0, full logits",
+        ),
+        "BERT sparse logits": (
+            lambda: AutoModelForMaskedLM.from_config(matched_bert_config()),
+            sparse_bert_loss,
+            "BertModel + cls head at labelled positions only",
+        ),
+        "g-mlp-pytorch": (
+            lambda: g_mlp_pytorch_model(length),
+            g_mlp_pytorch_loss,
+            "gMLP(..., circulant_matrix=False), no dropout",
+        ),
+    }
+    cases = {}
+    for name, (factory, loss_fn, description) in factories.items():
+        if only not in (None, name):
+            continue
+        torch.manual_seed(0)
+        try:
+            cases[name] = (factory(), loss_fn, description)
+        except ImportError:
+            print(
+                "g-mlp-pytorch is not installed (pip install g-mlp-pytorch einops); leaving it out.", file=sys.stderr
+            )
+    if only is not None and only not in cases:
+        raise ValueError(f"No training case {only!r}; the cases are {', '.join(factories)}.")
+    return cases
+
+
+def encoder(
+    name: str, length: int, layers: int | None = None, ref: str | None = None, shape: dict = SMALL, **overrides
+):
+    """The encoder (no head) of `name` ("gmlp", "amlp", "BERT (sdpa)" or "BERT (attention dropout 0.1)") of `shape`
+    at n = `length`, with `layers` blocks if given (aMLP: its matched count scaled alike); `overrides` go to gMLP's
+    and aMLP's config. gMLP takes the FFT product from 1,024 tokens (the default); BERT trains with SDPA's
+    memory-efficient kernel only with attention dropout off: its default dropout (0.1) takes the path that stores the
+    attention probabilities."""
+    torch.manual_seed(0)
+    if name in ("gmlp", "amlp"):
+        fields = {**shape, "max_position_embeddings": length, **overrides}
+        config = (gmlp_config if name == "gmlp" else amlp_config)(ref, **fields)
+        if layers:
+            config.num_hidden_layers = max(1, round(layers * config.num_hidden_layers / shape["num_hidden_layers"]))
+        return gmlp_at(ref).GMLPModel(config)
+    dropout = 0.1 if name == "BERT (attention dropout 0.1)" else 0.0
+    return BertModel(
+        matched_bert_config(shape, length, layers, attention_probs_dropout_prob=dropout), add_pooling_layer=False
+    )
+
+
+# ------------------------------------------------------------------------------------------- FLOP counts
+
+FLOP_FORMULAS = {
+    "convention": "matmul FLOPs only (multiply-add = 2); training = 3 x forward (backward = 2 x forward); "
+    "T = batch x length tokens, P = positions given to the vocabulary projection (T, or the labelled ones)",
+    "gmlp layer": "2 T d f (U) + 2 T (f/2) d (V) + 2 T n (f/2) (spatial W, direct product)",
+    "amlp tiny attention": "2 T d 3a (Q, K, V) + 4 T n a (scores, weighted sum) + 2 T a (f/2) (output)",
+    "bert layer": "8 T d^2 (Q, K, V, O) + 4 T n d (scores, weighted sum) + 4 T d f_bert (FFN)",
+    "mlm head": "2 P d^2 (transform; none in g-mlp-pytorch) + 2 P d vocab",
+}
+
+
+def forward_flops(config, tokens: int, length: int, predicted: int | None = None, head_transform: bool = True) -> int:
+    """Matmul FLOPs of a forward pass (FLOP_FORMULAS) of a gMLP / aMLP or BERT config over `tokens` tokens of
+    sequences of `length`: the encoder, and the MLM head over `predicted` positions unless that is None."""
+    d = config.hidden_size
+    if hasattr(config, "tiny_attention_size"):
+        f, gate, a = config.intermediate_size, config.gate_size, config.tiny_attention_size
+        layer = 2 * tokens * d * f + 2 * tokens * gate * d + 2 * tokens * length * gate
+        layer += 6 * tokens * d * a + 4 * tokens * length * a + 2 * tokens * a * gate
+    else:
+        layer = 8 * tokens * d * d + 4 * tokens * length * d + 4 * tokens * d * config.intermediate_size
+    flops = config.num_hidden_layers * layer
+    if predicted is not None:
+        flops += (2 * predicted * d * d if head_transform else 0) + 2 * predicted * d * config.vocab_size
+    return flops
+
+
+# ------------------------------------------------------------------------------------------- steps
+
+
+def training_step_fn(model, loss_fn, input_ids, labels, compile_model: bool = False):
+    """One optimizer step (forward, backward, fused AdamW) of `model` in training mode, as a function."""
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    forward = torch.compile(model) if compile_model else model
+
+    def step():
+        loss = loss_fn(forward, input_ids, labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def encoder_step_fn(model, input_ids, training: bool):
+    """A forward pass of an encoder: with a backward pass of its mean output in training, without autograd
+    otherwise."""
+
+    def step():
+        if training:
+            model.train()
+            model(input_ids=input_ids).last_hidden_state.mean().backward()
+            model.zero_grad(set_to_none=True)
+        else:
+            model.eval()
+            with torch.no_grad():
+                model(input_ids=input_ids)
+
+    return step
+
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def in_precision(step, precision: str, device="cpu"):
+    """`step` run in fp32 or under bf16 autocast (what the Trainer's --bf16 does) on `device`."""
+    device_type = torch.device(device).type
+
+    def run():
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            return step()
+
+    return run
+
+
+def training_case_step(name: str, input_ids, labels):
+    """The training step of the case `name` of `training_cases` (a name ending in " @REF": gMLP at that revision)."""
+    ref = name.rsplit(" @", 1)[1] if " @" in name else None
+    model, loss_fn, _ = training_cases((ref,), only=name)[name]
+    return training_step_fn(model.to(input_ids.device), loss_fn, input_ids, labels)

@@ -1,0 +1,84 @@
+"""Every section of the speed benchmark measures end to end on the CPU at tiny sizes and writes the tables of what it
+measured; the helpers the benchmarks share give what they promise."""
+
+import json
+
+import pytest
+import torch
+from transformers import BertForMaskedLM
+
+from benchmarks import common
+from benchmarks.speed import __main__ as cli
+from benchmarks.speed import models, report, saved
+from benchmarks.speed.memory_worker import measure_in_fresh_process
+
+TINY = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 512, "vocab_size": 1000}
+SECTIONS = {
+    "training": [],
+    "inference": [],
+    "precision": [],
+    "profile": [],
+    "generation": ["--new-tokens", "4", "--generation-rounds", "1"],
+    "memory": ["--memory-lengths", "64"],
+    "saved": ["--saved-length", "64"],
+    "scaling": ["--lengths", "32", "64", "--scaling-tokens", "128", "--scaling-layers", "1", "--scaling-rounds", "1"],
+    # torch.compile is the precision section's to test: compiling costs minutes on two cores.
+    "gpu": ["--quick", "--gpu-batch", "2", "--gpu-fft-layers", "1", "--no-gpu-compile"],
+}
+
+
+@pytest.fixture
+def tiny_models(monkeypatch):
+    """The benchmark's model at a tiny size (the memory-measuring processes are given it too)."""
+    for key, value in TINY.items():
+        monkeypatch.setitem(models.SMALL, key, value)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("section", SECTIONS)
+def test_each_section_measures_and_writes_its_tables(tiny_models, tmp_path, section):
+    output = tmp_path / "speed.json"
+    cli.main(["--sections", section, "--rounds", "1", "--repeats", "1", "--output", str(output), *SECTIONS[section]])
+    results = json.loads(output.read_text())
+    assert results[section]
+    assert output.with_suffix(".md").read_text() == report.markdown(results)
+
+
+def test_bert_of_equal_parameter_count():
+    """The FFN width that matches a count lands within one width step of it."""
+    like = {"vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2, "max_position_embeddings": 128}
+    target = 300_000
+    config = common.bert_config(like, target)
+    per_width = 2 * like["num_hidden_layers"] * (like["hidden_size"] + 1)
+    assert abs(BertForMaskedLM(config).num_parameters() - target) <= per_width
+
+
+def test_the_saved_tensor_account_counts_a_shared_storage_once(tiny_models):
+    """The split gate's two halves are views of one tensor: their storage is counted once, and the account's bytes
+    are at least what autograd's saved storages hold."""
+    model = models.encoder("gmlp", 32)
+    entries = saved.account(model, torch.randint(5, 1000, (1, 32)))
+    blocks = {entry["block"] for entry in entries}
+    assert {"encoder.layer.0", "encoder.layer.1"} <= blocks
+    shared = [entry for entry in entries if entry["bytes"] == 0]
+    assert shared, "some saved tensors share a storage"
+    assert all(entry["bytes"] >= 0 for entry in entries)
+
+
+def test_a_failed_memory_measurement_raises():
+    with pytest.raises(RuntimeError, match="No training case 'no such case'"):
+        measure_in_fresh_process(["case", "no such case"], threads=1)
+
+
+def test_the_baseline_is_the_model_at_a_git_revision():
+    """gMLP at HEAD, loaded from git as a package of its own, builds the same model as the working tree's (this
+    branch does not change the model)."""
+    import gmlp
+    from benchmarks.baseline import gmlp_at, label
+
+    config = {**TINY, "max_position_embeddings": 32}
+    then = gmlp_at("HEAD").GMLPForMaskedLM(gmlp_at("HEAD").GMLPConfig(**config))
+    now = gmlp.GMLPForMaskedLM(gmlp.GMLPConfig(**config))
+    assert type(then).__module__ != type(now).__module__
+    assert then.num_parameters() == now.num_parameters()
+    assert label("gmlp", "main") == "gmlp @main"
