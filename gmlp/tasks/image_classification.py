@@ -3,24 +3,16 @@
 Trainer's accuracy, and the predictions file."""
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import numpy as np
 from transformers import ViTImageProcessorPil
-from transformers.hf_argparser import HfArg
 
-from ..configuration_gmlp import VISION_PRESETS
 from .metrics import accuracy
 from .training import ModelArguments, choose_labels
 
 DIGITS = "sklearn-digits"
-
-
-@dataclass
-class VisionModelArguments(ModelArguments):
-    config_name: str | None = HfArg(default=None, help=f"A vision preset ({', '.join(VISION_PRESETS)}) or a config.")
 
 
 def load_digits_dataset(validation_fraction: float = 0.2, seed: int = 0) -> datasets.DatasetDict:
@@ -43,8 +35,6 @@ def load_digits_dataset(validation_fraction: float = 0.2, seed: int = 0) -> data
 
 def image_folder(path: str, split: str, cache_dir: str | None) -> datasets.Dataset:
     """The images below the folder `path` (labelled by their class folders, if they are in some)."""
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"--{split}_dir {path!r} is not a folder (of images, in class folders).")
     # The imagefolder builder takes file patterns, not folders: every file below the folder.
     files = {split: os.path.join(path, "**")}
     return datasets.load_dataset("imagefolder", data_files=files, cache_dir=cache_dir)[split]
@@ -72,10 +62,10 @@ def label_images(raw: datasets.DatasetDict, column: str, config, model_args: Mod
     return names
 
 
-def image_processor_for(config, **overrides) -> ViTImageProcessorPil:
+def image_processor_for(config) -> ViTImageProcessorPil:
     """ViT's image processor, resizing to the model's `image_size` (PIL backend: needs no torchvision; it saves as
     `ViTImageProcessor`, which loads with either backend)."""
-    return ViTImageProcessorPil(size={"height": config.image_size, "width": config.image_size}, **overrides)
+    return ViTImageProcessorPil(size={"height": config.image_size, "width": config.image_size})
 
 
 def image_transform(image_processor, image_column: str = "image", label_column: str = "label"):

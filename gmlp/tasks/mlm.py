@@ -2,7 +2,6 @@
 the tokenizer trained on the fly, the fixed evaluation mask, and the masked-token metrics."""
 
 import logging
-import math
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch
-from transformers import AutoTokenizer, DataCollatorForLanguageModeling, pipeline
+from transformers import AutoTokenizer, DataCollatorForLanguageModeling, DataCollatorForSeq2Seq
 
 from ..tokenization_gmlp import train_tokenizer
 
@@ -151,19 +150,10 @@ class MaskedLMCollator(DataCollatorForLanguageModeling):
     sparse_prediction: bool = False
 
     def torch_call(self, examples):
-        if not (isinstance(examples[0], dict) and "labels" in examples[0]):
-            batch = super().torch_call(examples)
+        if isinstance(examples[0], dict) and "labels" in examples[0]:  # Seq2Seq's collator pads the labels with -100
+            batch = DataCollatorForSeq2Seq(self.tokenizer, pad_to_multiple_of=self.pad_to_multiple_of)(examples)
         else:
-            inputs = [{key: value for key, value in example.items() if key != "labels"} for example in examples]
-            batch = dict(self.tokenizer.pad(inputs, return_tensors="pt", pad_to_multiple_of=self.pad_to_multiple_of))
-            length = batch["input_ids"].shape[1]
-            batch["labels"] = torch.full((len(examples), length), -100, dtype=torch.long)
-            for row, example in enumerate(examples):
-                label = torch.as_tensor(example["labels"])
-                columns = (
-                    slice(length - len(label), None) if self.tokenizer.padding_side == "left" else slice(len(label))
-                )
-                batch["labels"][row, columns] = label
+            batch = super().torch_call(examples)
         if self.sparse_prediction:
             batch["sparse_prediction"] = True
         return batch
@@ -179,17 +169,3 @@ def masked_token_accuracy(eval_prediction) -> dict:
     predictions, labels = eval_prediction
     masked = labels != -100
     return {"accuracy": float(np.mean(predictions[masked] == labels[masked]))}
-
-
-def perplexity(eval_loss: float) -> float:
-    """exp(loss), or infinity when it overflows."""
-    return math.exp(eval_loss) if eval_loss < 700 else math.inf
-
-
-def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[dict]:
-    """The `top_k` fill-mask predictions for `text`, which must contain the tokenizer's mask token once."""
-    if text.count(tokenizer.mask_token) != 1:
-        raise ValueError(
-            f"The fill-mask text must contain the mask token {tokenizer.mask_token!r} once, got {text!r}."
-        )
-    return pipeline("fill-mask", model=model, tokenizer=tokenizer, device=model.device)(text, top_k=top_k)

@@ -26,6 +26,7 @@ import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
 from gmlp.configuration_gmlp import VISION_PRESETS, GMLPVisionConfig
 from gmlp.tasks import image_classification as images
 from gmlp.tasks import model_card, training
+from gmlp.tasks.training import ModelArguments
 
 logger = logging.getLogger(__name__)
 
@@ -46,38 +47,29 @@ class DataTrainingArguments:
 
 
 def load_image_data(data_args: DataTrainingArguments, training_args, cache_dir: str | None) -> datasets.DatasetDict:
-    """The splits the run needs: `train` and `validation` (a dataset without a validation split gets 15% of train
-    held out) and `test` (--test_dir, or a dataset's own)."""
+    """The splits: `train` and `validation` (a dataset without a validation split gets 15% of train held out) and
+    `test` (--test_dir, or a dataset's own)."""
     raw = datasets.DatasetDict()
     if data_args.dataset_name == images.DIGITS:
         if training_args.do_train or training_args.do_eval:
             raw = images.load_digits_dataset(seed=training_args.seed)
     elif data_args.dataset_name != "imagefolder":
-        raw = datasets.load_dataset(data_args.dataset_name, cache_dir=cache_dir)
-    for split, path in (("train", data_args.train_dir), ("validation", data_args.validation_dir)):
-        if path is not None:
-            raw[split] = images.image_folder(path, split, cache_dir)
+        raw = training.load_dataset_or_saved(data_args.dataset_name, cache_dir=cache_dir)
+    folders = {"train": data_args.train_dir, "validation": data_args.validation_dir, "test": data_args.test_dir}
+    raw |= {split: images.image_folder(path, split, cache_dir) for split, path in folders.items() if path}
     if "validation" not in raw and "train" in raw:
         held_out = raw["train"].train_test_split(test_size=0.15, seed=training_args.seed)
         raw["train"], raw["validation"] = held_out["train"], held_out["test"]
-    if data_args.test_dir is not None:
-        raw["test"] = images.image_folder(data_args.test_dir, "test", cache_dir)
-    for split, flag in (("train", "do_train"), ("validation", "do_eval"), ("test", "do_predict")):
-        if getattr(training_args, flag) and split not in raw:
-            raise ValueError(
-                f"--{flag} needs {split} images: --{split}_dir (a folder of images) or a dataset with a {split} split; "
-                f"the data has {list(raw) or 'none'}."
-            )
-        if split in raw:
-            columns = [data_args.image_column_name] + ([data_args.label_column_name] if split != "test" else [])
-            hint = "Pass --image_column_name / --label_column_name."
-            training.require_columns(raw[split], columns, f"The {split} data", hint=hint)
+    for split, dataset in raw.items():
+        columns = [data_args.image_column_name] + ([data_args.label_column_name] if split != "test" else [])
+        hint = "Pass --image_column_name / --label_column_name."
+        training.require_columns(dataset, columns, f"The {split} data", hint=hint)
     return raw
 
 
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = training.parse_arguments(
-        (images.VisionModelArguments, DataTrainingArguments, TrainingArguments), argv
+        (ModelArguments, DataTrainingArguments, TrainingArguments), argv
     )
     # The image column is only turned into pixel_values by the on-the-fly transform, so the Trainer must not drop it.
     training_args.remove_unused_columns = False
@@ -85,6 +77,14 @@ def main(argv: list[str] | None = None) -> dict:
     config = training.load_config(model_args, GMLPVisionConfig, VISION_PRESETS)
     label_names = images.label_images(raw, data_args.label_column_name, config, model_args)
     training.set_labels(config, label_names)
+    splits = {}
+    for split, flag, max_samples in (
+        ("train", "--do_train", data_args.max_train_samples),
+        ("validation", "--do_eval", data_args.max_eval_samples),
+        ("test", "--do_predict", data_args.max_predict_samples),
+    ):
+        if getattr(training_args, flag[2:]):
+            splits[split] = training.take_split(raw, split, flag, max_samples)
     if model_args.model_name_or_path:
         name, load = model_args.model_name_or_path, AutoImageProcessor.from_pretrained
         image_processor = training.from_name(load, name, "--model_name_or_path", **model_args.hub_kwargs())
@@ -93,14 +93,12 @@ def main(argv: list[str] | None = None) -> dict:
     model = training.load_model(AutoModelForImageClassification, model_args, config)
 
     transform = images.image_transform(image_processor, data_args.image_column_name, data_args.label_column_name)
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
-    limits["test"] = data_args.max_predict_samples
-    splits = {split: training.select_samples(raw[split], limits[split]) for split in limits if split in raw}
+    inputs = {split: dataset.with_transform(transform) for split, dataset in splits.items()}
     trainer = Trainer(
         model=model,
         args=training_args,
-        train_dataset=splits["train"].with_transform(transform) if training_args.do_train else None,
-        eval_dataset=splits["validation"].with_transform(transform) if training_args.do_eval else None,
+        train_dataset=inputs.get("train"),
+        eval_dataset=inputs.get("validation"),
         processing_class=image_processor,
         data_collator=training.CheckedCollator(default_data_collator, labels=config.num_labels),
         compute_metrics=images.compute_accuracy,
@@ -112,18 +110,16 @@ def main(argv: list[str] | None = None) -> dict:
         metrics = {**trainer.evaluate(), "eval_samples": len(splits["validation"])}
         training.record_metrics(trainer, "eval", metrics)
     if training_args.do_predict:
-        output = trainer.predict(splits["test"].with_transform(transform), metric_key_prefix="predict")
+        output = trainer.predict(inputs["test"], metric_key_prefix="predict")
         training.record_metrics(trainer, "predict", {**output.metrics, "predict_samples": len(splits["test"])})
         logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
         path = os.path.join(training_args.output_dir, "predict_results.txt")
         if trainer.is_world_process_zero():
-            images.write_image_predictions(
-                path, splits["test"], data_args.image_column_name, logits.argmax(1), label_names
-            )
+            column, predictions = data_args.image_column_name, logits.argmax(1)
+            images.write_image_predictions(path, splits["test"], column, predictions, label_names)
             logger.info(f"Wrote the test images' predicted labels to {path}")
-    model_card.publish(
-        trainer, model_args.model_name_or_path, task="image-classification", dataset=data_args.dataset_name
-    )
+    dataset = data_args.dataset_name
+    model_card.publish(trainer, model_args.model_name_or_path, task="image-classification", dataset=dataset)
     return metrics
 
 

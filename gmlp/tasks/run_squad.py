@@ -12,7 +12,6 @@ from transformers.hf_argparser import HfArg
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
 from gmlp.tasks import model_card, squad, training
-from gmlp.tasks.metrics import load_metric
 from gmlp.tasks.training import ModelArguments
 
 logger = logging.getLogger(__name__)
@@ -22,9 +21,7 @@ logger = logging.getLogger(__name__)
 class DataTrainingArguments(training.TextDataArguments):
     """What to train, evaluate and predict on, and how answers are extracted."""
 
-    dataset_name: str | None = HfArg(
-        default=None, help="A Hub dataset: rajpurkar/squad, or rajpurkar/squad_v2 (v2.0)."
-    )
+    dataset_name: str | None = HfArg(default=None, help="A Hub dataset: rajpurkar/squad, or rajpurkar/squad_v2.")
     dataset_config_name: str | None = HfArg(default=None, help="Its configuration, if any.")
     train_file: str | None = HfArg(default=None, help="SQuAD's JSON (train-v1.1.json), or jsonl/csv/parquet files.")
     test_file: str | None = HfArg(default=None, help="Questions for --do_predict; scored when they have answers.")
@@ -39,8 +36,7 @@ class DataTrainingArguments(training.TextDataArguments):
     def __post_init__(self):
         if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
             raise ValueError(
-                "Give --dataset_name (e.g. rajpurkar/squad) or --train_file / --validation_file / --test_file "
-                "(SQuAD JSON files)."
+                "Give --dataset_name (e.g. rajpurkar/squad) or --train_file / --validation_file / --test_file."
             )
 
 
@@ -54,28 +50,21 @@ def main(argv: list[str] | None = None) -> dict:
         raise ValueError("run_squad.py needs a fast tokenizer (for offset mappings); pass one with --tokenizer_name.")
     if data_args.dataset_name is not None:
         name, config_name = data_args.dataset_name, data_args.dataset_config_name
-        raw = datasets.load_dataset(name, config_name, cache_dir=model_args.cache_dir, token=model_args.token)
+        raw = training.load_dataset_or_saved(name, config_name, cache_dir=model_args.cache_dir, token=model_args.token)
     else:
-        files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
-        raw = squad.load_squad_files(files, cache_dir=model_args.cache_dir)
+        raw = squad.load_squad_files(data_args.data_files(), cache_dir=model_args.cache_dir)
     max_seq_length = training.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
-    if data_args.doc_stride is None:
+    if data_args.doc_stride is None:  # too large a stride is refused with the features (`squad.tokenize_windows`)
         data_args.doc_stride = min(128, max_seq_length // 4)
-    if data_args.doc_stride >= max_seq_length:
-        raise ValueError(
-            f"--doc_stride {data_args.doc_stride} must be smaller than --max_seq_length {max_seq_length} (the windows of "
-            f"a long context overlap by doc_stride tokens); e.g. --doc_stride {max_seq_length // 4}."
-        )
     model = training.load_model(AutoModelForQuestionAnswering, model_args, config)
     training.check_vocabulary(tokenizer, model)
     feature_kwargs = {"tokenizer": tokenizer, "max_seq_length": max_seq_length, "doc_stride": data_args.doc_stride}
     feature_kwargs["pad_to_max_length"] = data_args.pad_to_max_length
 
     def questions(split: str, flag: str, max_samples: int | None, needs_answers: bool = False):
-        if split not in raw:
-            raise ValueError(f"{flag} needs {split} data (--{split}_file or a Hub dataset); the data has {list(raw)}.")
-        examples = training.select_samples(raw[split], max_samples)
-        squad.check_squad_columns(examples, f"The {split} data", needs_answers=needs_answers)
+        examples = training.take_split(raw, split, flag, max_samples)
+        columns = ["id", "question", "context"] + (["answers"] if needs_answers else [])
+        training.require_columns(examples, columns, f"The {split} data", hint=f"SQuAD needs {columns}.")
         return examples
 
     def features(examples: datasets.Dataset, function, split: str) -> datasets.Dataset:
@@ -108,20 +97,8 @@ def main(argv: list[str] | None = None) -> dict:
             prefix=None if prefix == "eval" else prefix,
         )
         metrics = {**output.metrics, f"{prefix}_samples": len(examples)}
-        answered = (
-            [bool(answers["text"]) for answers in examples["answers"]] if "answers" in examples.column_names else []
-        )
-        if any(answered) and (data_args.version_2_with_negative or all(answered)):
-            v2 = data_args.version_2_with_negative
-            predictions = [
-                {"id": qid, "prediction_text": text, **({"no_answer_probability": 0.0} if v2 else {})}
-                for qid, text in answers.items()
-            ]
-            references = [{"id": example["id"], "answers": example["answers"]} for example in examples]
-            scores = load_metric("squad_v2" if v2 else "squad").compute(predictions=predictions, references=references)
-            metrics |= {f"{prefix}_{key}": value for key, value in scores.items()}
-        else:
-            logger.info(f"The {prefix} questions have no answers to score the predictions against.")
+        scores = squad.score_answers(answers, examples, data_args.version_2_with_negative)
+        metrics |= {f"{prefix}_{key}": value for key, value in scores.items()}
         training.record_metrics(trainer, prefix, metrics)
         return metrics
 
