@@ -119,20 +119,14 @@ def encode_label(value, task: TextClassificationTask, where: str) -> int | float
             return float(value)
         except (TypeError, ValueError):
             raise ValueError(f"{where}: label {value!r} is not a number; {task.name} is a regression task.") from None
-    label_id = None
-    if isinstance(value, str):
-        names = [name.lower() for name in task.label_names]
-        if value.lower() in names:
-            return names.index(value.lower())
-        label_id = int(value) if value.isdigit() and task.ids_allowed else None
-    elif isinstance(value, int | float) and float(value).is_integer() and task.ids_allowed:
-        label_id = int(value)  # a csv column of ids is read as floats when a cell is empty elsewhere
-    if label_id is None or not 0 <= label_id < len(task.label_names):
-        raise ValueError(
-            f"{where}: label {value!r} is not a {task.name} label; the labels are "
-            f"{', '.join(f'{i} = {name!r}' for i, name in enumerate(task.label_names))}."
-        )
-    return label_id
+    ids = {name.lower(): i for i, name in enumerate(task.label_names)}
+    if task.ids_allowed:  # as numbers (1.0 == 1: a csv column of ids is read as floats when a cell is empty) or text
+        ids |= {key: i for i in range(len(ids)) for key in (i, str(i))}
+    key = value.lower() if isinstance(value, str) else value
+    if key not in ids:
+        listed = ", ".join(f"{i} = {name!r}" for i, name in enumerate(task.label_names))
+        raise ValueError(f"{where}: label {value!r} is not a {task.name} label; the labels are {listed}.")
+    return ids[key]
 
 
 def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
@@ -140,10 +134,8 @@ def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
     blank = [i for i, value in enumerate(dataset["label"]) if pd.isna(value) or str(value).strip() == ""]
     if blank:
         shown = ", ".join(str(index) for index in blank[:5]) + (", ..." if len(blank) > 5 else "")
-        raise ValueError(
-            f"{source}: {len(blank)} example(s) have an empty label (example {shown}, counting from 0 after the "
-            "header). Fill in or remove those rows."
-        )
+        where = f"example {shown}, counting from 0 after the header"
+        raise ValueError(f"{source}: {len(blank)} example(s) have an empty label ({where}). Fill in or remove them.")
 
 
 def encode_task_labels(dataset, task: TextClassificationTask, source: str, labelled=True, first_line=None):

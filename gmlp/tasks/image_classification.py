@@ -1,6 +1,5 @@
-"""Pieces of `run_image_classification.py`: image data (scikit-learn's digits offline, folders of images, or any
-`datasets` image dataset), labels through the model's label map, the image processor for a gMLP vision config, the
-Trainer's accuracy, and the predictions file."""
+"""Pieces of `run_image_classification.py`: scikit-learn's digits and folders of images, labels through the model's
+label map, the image processor for a gMLP vision config, the Trainer's accuracy, and the predictions file."""
 
 import os
 from pathlib import Path

@@ -49,8 +49,7 @@ def load_task_data(data_args, training_args, model_args, config):
     if not files:
         task = glue.get_task(data_args.task_name)
         if data_args.glue_dir is None:
-            kwargs = {"cache_dir": model_args.cache_dir, "token": model_args.token}
-            return task, training.load_dataset_or_saved(data_args.dataset_name, task.name, **kwargs)
+            return task, training.load_hub_dataset(data_args, model_args, data_args.dataset_config_name or task.name)
         asked = {("train",): training_args.do_train, task.eval_splits: training_args.do_eval}
         asked[task.test_splits] = training_args.do_predict
         wanted = [split for splits, flag in asked.items() if flag for split in splits]
@@ -98,8 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     config.finetuning_task = data_args.task_name
     raw = label_data(raw, task, names, data_args)
     max_seq_length = training.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
-    model = training.load_model(AutoModelForSequenceClassification, model_args, config)
-    training.check_vocabulary(tokenizer, model)
+    model = training.load_model(AutoModelForSequenceClassification, model_args, config, tokenizer)
 
     def tokenize(examples):
         padding = "max_length" if data_args.pad_to_max_length else False

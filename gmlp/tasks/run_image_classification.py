@@ -3,9 +3,6 @@ examples/pytorch/image-classification/run_image_classification.py.
 
 Data: `--dataset_name sklearn-digits` (the default: scikit-learn's handwritten digits, offline), a Hub image
 dataset, or local folders of class folders (`--dataset_name imagefolder --train_dir ... --validation_dir ...`).
-
-    python run_image_classification.py --config_name gmlp-tiny --output_dir gmlp-tiny-digits \
-        --do_train --do_eval --num_train_epochs 30 --learning_rate 2e-3 --per_device_train_batch_size 64
 """
 
 import logging
@@ -46,7 +43,7 @@ class DataTrainingArguments:
     max_predict_samples: int | None = HfArg(default=None, help="Keep only this many test images.")
 
 
-def load_image_data(data_args: DataTrainingArguments, training_args, cache_dir: str | None) -> datasets.DatasetDict:
+def load_image_data(data_args: DataTrainingArguments, training_args, model_args) -> datasets.DatasetDict:
     """The splits: `train` and `validation` (a dataset without a validation split gets 15% of train held out) and
     `test` (--test_dir, or a dataset's own)."""
     raw = datasets.DatasetDict()
@@ -54,9 +51,9 @@ def load_image_data(data_args: DataTrainingArguments, training_args, cache_dir: 
         if training_args.do_train or training_args.do_eval:
             raw = images.load_digits_dataset(seed=training_args.seed)
     elif data_args.dataset_name != "imagefolder":
-        raw = training.load_dataset_or_saved(data_args.dataset_name, cache_dir=cache_dir)
+        raw = training.load_hub_dataset(data_args, model_args)
     folders = {"train": data_args.train_dir, "validation": data_args.validation_dir, "test": data_args.test_dir}
-    raw |= {split: images.image_folder(path, split, cache_dir) for split, path in folders.items() if path}
+    raw |= {split: images.image_folder(path, split, model_args.cache_dir) for split, path in folders.items() if path}
     if "validation" not in raw and "train" in raw:
         held_out = raw["train"].train_test_split(test_size=0.15, seed=training_args.seed)
         raw["train"], raw["validation"] = held_out["train"], held_out["test"]
@@ -73,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     # The image column is only turned into pixel_values by the on-the-fly transform, so the Trainer must not drop it.
     training_args.remove_unused_columns = False
-    raw = load_image_data(data_args, training_args, model_args.cache_dir)
+    raw = load_image_data(data_args, training_args, model_args)
     config = training.load_config(model_args, GMLPVisionConfig, VISION_PRESETS)
     label_names = images.label_images(raw, data_args.label_column_name, config, model_args)
     training.set_labels(config, label_names)

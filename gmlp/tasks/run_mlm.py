@@ -38,8 +38,6 @@ NO_PREDICT = (
 class DataTrainingArguments(training.TextDataArguments):
     """What to train and evaluate on."""
 
-    dataset_name: str | None = HfArg(default=None, help="A Hub dataset, e.g. Salesforce/wikitext.")
-    dataset_config_name: str | None = HfArg(default=None, help="Its configuration, e.g. wikitext-2-raw-v1.")
     train_file: str | None = HfArg(default=None, help="Text: .txt, .csv, .json(l), .parquet (default: the package's).")
     validation_split_percentage: int = HfArg(default=5, help="Percent of train held out without a validation split.")
     line_by_line: bool = HfArg(default=False, help="One sequence per non-empty line, not blocks of max_seq_length.")
@@ -61,12 +59,10 @@ class DataTrainingArguments(training.TextDataArguments):
 
 def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArguments):
     """The train/validation text, from the Hub or local files; a validation split is held out if there is none."""
-    kwargs = {"cache_dir": model_args.cache_dir, "streaming": data_args.streaming}
     if data_args.dataset_name is not None:
-        name, config_name = data_args.dataset_name, data_args.dataset_config_name
-        raw = training.load_dataset_or_saved(name, config_name, token=model_args.token, **kwargs)
+        raw = training.load_hub_dataset(data_args, model_args, streaming=data_args.streaming)
     else:
-        raw = training.load_data_files(data_args.data_files(), **kwargs)
+        raw = training.load_data_files(data_args.data_files(), model_args.cache_dir, data_args.streaming)
     if "validation" in raw or "train" not in raw or data_args.streaming:
         return raw
     split = raw["train"].train_test_split(test_size=data_args.validation_split_percentage / 100, shuffle=False)
@@ -78,9 +74,7 @@ def check_streaming(data_args: DataTrainingArguments, model_args: ModelArguments
     if training_args.do_train and training_args.max_steps <= 0:
         raise ValueError("--streaming needs --max_steps: a stream has no length to count epochs by.")
     if model_args.tokenizer_name is None and model_args.model_name_or_path is None:
-        raise ValueError(
-            "--streaming needs --tokenizer_name or --model_name_or_path: no tokenizer is trained on a stream."
-        )
+        raise ValueError("--streaming needs a tokenizer (--tokenizer_name): none is trained on a stream.")
     if training_args.do_eval and data_args.dataset_name is None and data_args.validation_file is None:
         raise ValueError("--streaming with --do_eval needs --validation_file: no split is held out of a stream.")
     if data_args.whole_word_mask:
@@ -102,15 +96,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     config = training.load_config(model_args)
     tokenizer = training.load_tokenizer(model_args, required=False)
+    if tokenizer is None and training_args.resume_from_checkpoint:  # the one the run trained
+        tokenizer = AutoTokenizer.from_pretrained(training.resolve_checkpoint(training_args))
     raw_datasets = load_raw_datasets(data_args, model_args)
-    checkpoint = training.resolve_checkpoint(training_args)
-    if tokenizer is None and checkpoint is not None:
-        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     if tokenizer is None:
-        if "train" not in raw_datasets:
-            raise ValueError("No tokenizer, and no training data to train one on: pass --tokenizer_name.")
-        n = config.max_position_embeddings
-        tokenizer = mlm.train_or_load_tokenizer(raw_datasets["train"], config.vocab_size, n, training_args)
+        tokenizer = mlm.train_or_load_tokenizer(raw_datasets, config, training_args)
     max_seq_length = training.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
     if model_args.model_name_or_path is None and config.vocab_size != len(tokenizer):
         logger.warning(
@@ -140,12 +130,9 @@ def main(argv: list[str] | None = None) -> dict:
     train_dataset = None
     if training_args.do_train:
         train_dataset = training.take_split(tokenized, "train", "--do_train", data_args.max_train_samples)
-    collator = mlm.MaskedLMCollator(
-        tokenizer,
-        mlm_probability=data_args.mlm_probability,
-        whole_word_mask=data_args.whole_word_mask,
-        sparse_prediction=data_args.sparse_prediction and model.config.model_type == "gmlp",
-    )
+    masking = {"mlm_probability": data_args.mlm_probability, "whole_word_mask": data_args.whole_word_mask}
+    sparse_prediction = data_args.sparse_prediction and model.config.model_type == "gmlp"
+    collator = mlm.MaskedLMCollator(tokenizer, sparse_prediction=sparse_prediction, **masking)
     eval_dataset = None
     if training_args.do_eval:
         # Evaluation goes over the same sequences every time: for a stream, its first ones, held in memory.

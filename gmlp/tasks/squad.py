@@ -1,8 +1,8 @@
-"""SQuAD for `run_squad.py`: reading the official JSON files, turning questions into features (long contexts split
-with a stride), and turning start/end logits back into answer texts, as Transformers' examples/pytorch/
-question-answering (run_qa.py and utils_qa.py) do."""
+"""SQuAD for `run_squad.py`: the official JSON files, questions as features (long contexts split with a stride),
+start/end logits back into answers, and their scores, as Transformers' examples/pytorch/question-answering do."""
 
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -27,8 +27,7 @@ SQUAD_FEATURES = datasets.Features(
 
 def load_squad_json(path: str, document=None) -> datasets.Dataset:
     """The questions of an official SQuAD v1.1 / v2.0 JSON file (or of its parsed `document`), one row each, with
-    the Hub's `squad` columns; unanswerable v2.0 questions (`is_impossible`), and questions without answers, get
-    empty answers."""
+    the Hub's `squad` columns; unanswerable (`is_impossible`) and unanswered questions get empty answers."""
     if document is None:
         check_text_file(path, "The SQuAD file")
         document = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -42,15 +41,9 @@ def load_squad_json(path: str, document=None) -> datasets.Dataset:
         for paragraph in article["paragraphs"]:
             for qa in paragraph["qas"]:
                 answers = [] if qa.get("is_impossible", False) else qa.get("answers", [])
-                rows.append(
-                    {
-                        "id": qa["id"],
-                        "title": article.get("title", ""),
-                        "context": paragraph["context"],
-                        "question": qa["question"],
-                        "answers": {key: [answer[key] for answer in answers] for key in ("text", "answer_start")},
-                    }
-                )
+                answers = {key: [answer[key] for answer in answers] for key in ("text", "answer_start")}
+                row = {"id": qa["id"], "title": article.get("title", ""), "context": paragraph["context"]}
+                rows.append({**row, "question": qa["question"], "answers": answers})
     return datasets.Dataset.from_list(rows, features=SQUAD_FEATURES)
 
 
@@ -64,10 +57,8 @@ def load_squad_files(data_files: dict[str, str], cache_dir: str | None = None) -
         document = None
         if path.lower().endswith(".json"):
             check_text_file(path, "The SQuAD file")
-            try:
+            with contextlib.suppress(json.JSONDecodeError):  # JSON lines, read below
                 document = json.loads(Path(path).read_text(encoding="utf-8"))
-            except json.JSONDecodeError:
-                pass  # JSON lines, read below
         if isinstance(document, dict):
             splits[split] = load_squad_json(path, document)
         else:
@@ -116,16 +107,11 @@ def tokenize_windows(examples, tokenizer, max_seq_length: int, doc_stride: int, 
             f"A question of {longest} tokens leaves {window} context tokens per feature with --max_seq_length "
             f"{max_seq_length}, not more than --doc_stride {doc_stride}. Use {smaller_stride}a larger --max_seq_length."
         )
-    tokenized = tokenizer(
-        questions if pad_on_right else examples["context"],
-        examples["context"] if pad_on_right else questions,
-        truncation="only_second" if pad_on_right else "only_first",
-        max_length=max_seq_length,
-        stride=doc_stride,
-        return_overflowing_tokens=True,
-        return_offsets_mapping=True,
-        padding="max_length" if pad_to_max_length else False,
-    )
+    texts = (questions, examples["context"]) if pad_on_right else (examples["context"], questions)
+    truncation = "only_second" if pad_on_right else "only_first"
+    padding = "max_length" if pad_to_max_length else False
+    windows = {"stride": doc_stride, "return_overflowing_tokens": True, "return_offsets_mapping": True}
+    tokenized = tokenizer(*texts, truncation=truncation, max_length=max_seq_length, padding=padding, **windows)
     return tokenized, 1 if pad_on_right else 0
 
 

@@ -30,15 +30,9 @@ from ..tokenization_gmlp import check_text_file
 
 logger = logging.getLogger(__name__)
 
-# File extension -> (`datasets` builder, its arguments); GLUE's sentences contain `"`, so TSV is read unquoted.
-DATA_FILE_BUILDERS = {
-    "txt": ("text", {}),
-    "csv": ("csv", {}),
-    "tsv": ("csv", {"delimiter": "\t", "quoting": csv.QUOTE_NONE}),
-    "json": ("json", {}),
-    "jsonl": ("json", {}),
-    "parquet": ("parquet", {}),
-}
+# File extension -> `datasets` builder. GLUE's sentences contain `"`, so TSV is read unquoted.
+DATA_FILE_BUILDERS = {"txt": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json", "parquet": "parquet"}
+TSV = {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
 
 
 @dataclass
@@ -74,6 +68,8 @@ class ModelArguments:
 class TextDataArguments:
     """The data options of the text scripts."""
 
+    dataset_name: str | None = HfArg(default=None, help="A Hub dataset, or a folder saved by save_to_disk.")
+    dataset_config_name: str | None = HfArg(default=None, help="Its configuration, if any.")
     train_file: str | None = HfArg(default=None, help="A local training file.")
     validation_file: str | None = HfArg(default=None, help="A local evaluation file, same format.")
     max_seq_length: int | None = HfArg(default=None, help="Tokens per sequence (longer ones are cut); at most n.")
@@ -84,11 +80,8 @@ class TextDataArguments:
 
     def data_files(self) -> dict[str, str]:
         """The local files given, by split (`test` where the script predicts)."""
-        files = {
-            "train": self.train_file,
-            "validation": self.validation_file,
-            "test": getattr(self, "test_file", None),
-        }
+        files = {"train": self.train_file, "validation": self.validation_file}
+        files["test"] = getattr(self, "test_file", None)
         return {split: path for split, path in files.items() if path}
 
 
@@ -110,9 +103,9 @@ class AnyDeviceTrainingArguments(TrainingArguments):
 
 
 def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: str | None = None):
-    """The command line (or one `.json` file of arguments) parsed into `dataclass_types`, one of them
-    `TrainingArguments`; then the run checked before anything loads: that it has something to do (`no_predict`: why
-    the script refuses `--do_predict`), that `--report_to` is installed, that `--output_dir` holds no other run."""
+    """The command line (or one `.json` file of arguments) parsed into `dataclass_types`, then checked before anything
+    loads: something to do (`no_predict`: why the script refuses `--do_predict`), `--report_to` installed, and an
+    `--output_dir` that holds no other run."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
         # Under torchrun without GPUs, Transformers runs data-parallel (gloo) only when told to use the CPU.
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
@@ -202,9 +195,9 @@ def prepare_output_dir(training_args: AnyDeviceTrainingArguments, loads: list[st
         )
     elif checkpoints and training_args.do_train:
         raise FileExistsError(
-            f"--output_dir {output_dir} holds the checkpoints of an earlier run ({checkpoints[-1].name} the newest). "
-            f"Pass --resume_from_checkpoint {output_dir} to continue that run, --overwrite_output_dir to start a fresh "
-            "one (which removes them), or choose another --output_dir."
+            f"--output_dir {output_dir} holds the checkpoints of an earlier run ({checkpoints[-1].name} the newest). Pass "
+            f"--resume_from_checkpoint {output_dir} to continue it, --overwrite_output_dir to start afresh (removing "
+            "them), or choose another --output_dir."
         )
 
 
@@ -228,7 +221,8 @@ def from_name(load, name: str, option: str, presets=(), **kwargs):
 
 
 def load_config(model_args: ModelArguments, config_class=GMLPConfig, presets: dict = PRESETS):
-    """The config: a preset of `config_class`, a directory / Hub id, or the checkpoint's; then `--config_overrides`."""
+    """The config: a preset of `config_class`, a directory / Hub id, or the checkpoint's; then `--config_overrides`
+    (`k=v,k=v`, values typed like the current ones), and validated."""
     name = model_args.config_name or model_args.model_name_or_path
     if name is None:
         raise ValueError("No model given: pass --model_name_or_path (a checkpoint) or --config_name (e.g. a preset).")
@@ -240,13 +234,8 @@ def load_config(model_args: ModelArguments, config_class=GMLPConfig, presets: di
         config = from_name(AutoConfig.from_pretrained, name, "--config_name", presets, **model_args.hub_kwargs())
     else:
         config = from_name(AutoConfig.from_pretrained, name, "--model_name_or_path", **model_args.hub_kwargs())
-    if model_args.config_overrides:
-        apply_config_overrides(config, model_args.config_overrides)
-    return config
-
-
-def apply_config_overrides(config, overrides: str) -> None:
-    """Set `k=v,k=v` fields on `config` (values typed like the current ones) and validate the result."""
+    if not (overrides := model_args.config_overrides):
+        return config
     if not all("=" in item for item in overrides.split(",")):
         raise ValueError(f"--config_overrides takes `key=value` pairs separated by commas, got {overrides!r}.")
     try:
@@ -256,6 +245,7 @@ def apply_config_overrides(config, overrides: str) -> None:
         keys = f" Valid keys: {sorted(config.to_dict())}." if isinstance(error, ValueError) else ""
         raise ValueError(f"--config_overrides {overrides!r}: {error.__cause__ or error}.{keys}") from error
     logger.info(f"Config after --config_overrides: {config}")
+    return config
 
 
 def load_tokenizer(model_args: ModelArguments, required: bool = True):
@@ -267,16 +257,26 @@ def load_tokenizer(model_args: ModelArguments, required: bool = True):
     return name and from_name(AutoTokenizer.from_pretrained, name, option, **model_args.hub_kwargs())
 
 
-def load_model(auto_class, model_args: ModelArguments, config):
-    """`auto_class` (e.g. `AutoModelForMaskedLM`) from `--model_name_or_path`, or a new one from `config`."""
+def load_model(auto_class, model_args: ModelArguments, config, tokenizer=None):
+    """`auto_class` (e.g. `AutoModelForMaskedLM`) from `--model_name_or_path`, or a new one from `config`; an error
+    when `tokenizer` has more tokens than the model has embeddings (its ids past them have none)."""
     name = model_args.model_name_or_path
     if name is None:
         logger.info("Training a new model from scratch")
-        return auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
-    if os.path.isdir(name) and (problem := weights_problem(Path(name))):
+        model = auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
+    elif os.path.isdir(name) and (problem := weights_problem(Path(name))):
         raise ValueError(f"Cannot load --model_name_or_path {name}: {problem}.")
-    kwargs = {"config": config, "ignore_mismatched_sizes": model_args.ignore_mismatched_sizes}
-    return from_name(auto_class.from_pretrained, name, "--model_name_or_path", **kwargs, **model_args.hub_kwargs())
+    else:
+        kwargs = {"config": config, "ignore_mismatched_sizes": model_args.ignore_mismatched_sizes}
+        model = from_name(
+            auto_class.from_pretrained, name, "--model_name_or_path", **kwargs, **model_args.hub_kwargs()
+        )
+    if tokenizer is not None and len(tokenizer) > (size := model.get_input_embeddings().num_embeddings):
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {size} (vocab_size). Use the "
+            f"model's own tokenizer or, training from scratch, --config_overrides vocab_size={len(tokenizer)}."
+        )
+    return model
 
 
 def check_max_seq_length(max_seq_length: int | None, config, tokenizer) -> int:
@@ -287,21 +287,10 @@ def check_max_seq_length(max_seq_length: int | None, config, tokenizer) -> int:
     if max_seq_length > n:
         raise ValueError(
             f"--max_seq_length {max_seq_length} is larger than the model's spatial size n = max_position_embeddings "
-            f"= {n} (its spatial weights are n x n). Pass --max_seq_length {n} or less, or, when training from "
-            f"scratch, --config_overrides max_position_embeddings={max_seq_length}."
+            f"= {n} (its spatial weights are n x n). Pass at most {n}, or, training from scratch, --config_overrides "
+            f"max_position_embeddings={max_seq_length}."
         )
     return max_seq_length
-
-
-def check_vocabulary(tokenizer, model) -> None:
-    """An error when `tokenizer` has more tokens than `model` has embeddings: its ids past them have none."""
-    size = model.get_input_embeddings().num_embeddings
-    if len(tokenizer) > size:
-        raise ValueError(
-            f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {size} (vocab_size). Use the "
-            f"model's own tokenizer (--tokenizer_name), or, training from scratch, --config_overrides "
-            f"vocab_size={len(tokenizer)}."
-        )
 
 
 def choose_labels(config, names: list[str], model_args: ModelArguments, source: str) -> list[str]:
@@ -323,9 +312,8 @@ def choose_labels(config, names: list[str], model_args: ModelArguments, source: 
         )
         return list(names)
     raise ValueError(
-        f"{source}: label(s) {', '.join(map(repr, unknown))} are not labels of the model "
-        f"{model_args.model_name_or_path} (its labels: {listed}). Use the model's labels, or pass "
-        "--ignore_mismatched_sizes to fine-tune a new classification head on the data's labels."
+        f"{source}: label(s) {', '.join(map(repr, unknown))} are not labels of the model {model_args.model_name_or_path}"
+        f" (its labels: {listed}). Use them, or pass --ignore_mismatched_sizes to fine-tune a new head on the data's."
     )
 
 
@@ -375,9 +363,8 @@ def load_data_files(data_files: dict, cache_dir: str | None = None, streaming: b
             raise FileNotFoundError(f"The {split} file {path!r} does not exist; check the --{split}_file path.")
         extension = path.rsplit(".", 1)[-1].lower()
         if extension not in DATA_FILE_BUILDERS:
-            raise ValueError(
-                f"The {split} file {path!r} has an unsupported extension {extension!r}: not one of {', '.join(DATA_FILE_BUILDERS)}."
-            )
+            known = ", ".join(DATA_FILE_BUILDERS)
+            raise ValueError(f"The {split} file {path!r} has an unsupported extension {extension!r} (not {known}).")
         extensions.add(extension.replace("jsonl", "json"))
         if extension != "parquet":
             check_text_file(path, f"The {split} file")
@@ -387,21 +374,25 @@ def load_data_files(data_files: dict, cache_dir: str | None = None, streaming: b
                     raise ValueError(f"The {split} file {path} has no examples (only a header).")
     if len(extensions) > 1:
         raise ValueError(f"All data files must have the same format, got {sorted(extensions)}: {data_files}.")
-    builder, builder_kwargs = DATA_FILE_BUILDERS[extensions.pop()]
+    extension = extensions.pop()
+    builder = DATA_FILE_BUILDERS[extension]
+    kwargs = TSV if extension == "tsv" else {}
     try:
         return datasets.load_dataset(
-            builder, data_files=data_files, cache_dir=cache_dir, streaming=streaming, **builder_kwargs, **read_kwargs
+            builder, data_files=data_files, cache_dir=cache_dir, streaming=streaming, **kwargs, **read_kwargs
         )
     except Exception as error:  # datasets raises many types (ArrowInvalid, DatasetGenerationError, ...) for bad files
         raise ValueError(f"Could not read {', '.join(data_files.values())} as {builder}: {error}") from error
 
 
-def load_dataset_or_saved(name: str, config_name: str | None = None, **kwargs) -> datasets.DatasetDict:
-    """`datasets.load_dataset(name, config_name)`, or, for a folder written by `save_to_disk`, that folder (whose
-    splits are used as they are; `config_name` then only names the task)."""
+def load_hub_dataset(data_args, model_args: ModelArguments, config_name: str | None = None, **kwargs):
+    """`--dataset_name` from the Hub, in the configuration `config_name` (else `--dataset_config_name`), or a folder
+    written by `save_to_disk`, whose splits are used as they are. `kwargs` go to `datasets.load_dataset`."""
+    name = data_args.dataset_name
     if os.path.isfile(os.path.join(name, "dataset_dict.json")):
         return datasets.load_from_disk(name)
-    return datasets.load_dataset(name, config_name, **kwargs)
+    config_name = config_name or getattr(data_args, "dataset_config_name", None)
+    return datasets.load_dataset(name, config_name, cache_dir=model_args.cache_dir, token=model_args.token, **kwargs)
 
 
 def require_columns(dataset, columns, source: str, hint: str = "Rename the columns in the file.") -> None:
@@ -507,11 +498,8 @@ class RunSettings(TrainerCallback):
             logger.warning(f"{checkpoint} does not say which settings wrote it (run_settings.json); not compared.")
             return
         saved, now = json.loads(path.read_text()), self.settings
-        changed = [
-            f"{k} {saved.get(k)!r} (this run: {now.get(k)!r})"
-            for k in sorted(saved | now)
-            if saved.get(k) != now.get(k)
-        ]
+        keys = [key for key in sorted(saved | now) if saved.get(key) != now.get(key)]
+        changed = [f"{key} {saved.get(key)!r} (this run: {now.get(key)!r})" for key in keys]
         if changed:
             logger.warning(
                 f"{checkpoint} was written by a run with other settings: {'; '.join(changed)}. The optimizer and "

@@ -1,6 +1,5 @@
-"""The Hub's `glue`, `squad` and `squad_v2` metrics, shipped to work offline: each an `evaluate` script in its folder
-here (`glue/glue.py`, ...) with the same names, inputs, outputs and numbers as on the Hub, over the scores below
-(SQuAD's follow the official evaluation scripts, https://rajpurkar.github.io/SQuAD-explorer/)."""
+"""The Hub's `glue`, `squad` and `squad_v2` metrics, offline: an `evaluate` script in each folder here, with the
+Hub's names, inputs, outputs and numbers, over the scores below (SQuAD's as its official evaluation scripts)."""
 
 import re
 import string
