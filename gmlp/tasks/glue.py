@@ -1,8 +1,5 @@
-"""GLUE for `run_glue.py`: the tasks, GLUE's own folders, custom files, label checks and the metric.
-
-Every dataset this module returns has the columns and label names of the Hub's `nyu-mll/glue` (e.g. `sentence1`,
-`sentence2`, `label`, `idx`), whether it comes from the Hub, a GLUE folder or a csv/json file.
-"""
+"""GLUE for `run_glue.py`: the tasks, GLUE's own folders, custom files, label checks and the metric. Every dataset
+it returns has the columns and label names of the Hub's `nyu-mll/glue`, whatever it was read from."""
 
 import logging
 import os
@@ -82,7 +79,7 @@ def load_glue_dir(glue_dir: str, task: TextClassificationTask, splits) -> datase
     task_dir = os.path.join(glue_dir, task.folder)
     if not os.path.isdir(task_dir):
         raise FileNotFoundError(
-            f"No {task.folder} folder in --glue_dir {glue_dir!r}: expected GLUE's layout {task_dir}/train.tsv, dev.tsv."
+            f"No {task.folder} folder in --glue_dir {glue_dir!r}: expected GLUE's layout, {task_dir}/train.tsv, ..."
         )
     result = {}
     for split in splits:

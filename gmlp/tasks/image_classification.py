@@ -21,13 +21,10 @@ def load_digits_dataset(validation_fraction: float = 0.2, seed: int = 0) -> data
 
     digits = load_digits()
     grey = np.round(digits.images * (255 / 16)).astype(np.uint8)
-    features = datasets.Features(
-        {"image": datasets.Image(), "label": datasets.ClassLabel(names=[str(digit) for digit in digits.target_names])}
-    )
-    dataset = datasets.Dataset.from_dict(
-        {"image": [np.repeat(image[:, :, None], 3, axis=2) for image in grey], "label": digits.target.tolist()},
-        features=features,
-    )
+    names = [str(digit) for digit in digits.target_names]
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=names)})
+    images = [np.repeat(image[:, :, None], 3, axis=2) for image in grey]
+    dataset = datasets.Dataset.from_dict({"image": images, "label": digits.target.tolist()}, features=features)
     split = dataset.train_test_split(test_size=validation_fraction, seed=seed, stratify_by_column="label")
     return datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
 

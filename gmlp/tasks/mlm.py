@@ -27,10 +27,8 @@ def text_column_of(dataset, source: str = "The data") -> str:
     column = "text" if "text" in dataset.column_names else dataset.column_names[0]
     dtype = getattr(dataset.features[column], "dtype", None)
     if dtype not in ("string", "large_string"):
-        raise ValueError(
-            f"{source}: its text column {column!r} holds {dtype or type(dataset.features[column]).__name__} values, not "
-            f"text. Name the text column `text` (its columns: {dataset.column_names})."
-        )
+        kind = dtype or type(dataset.features[column]).__name__
+        raise ValueError(f"{source}: its text column {column!r} holds {kind} values, not text. Name the text `text`.")
     return column
 
 
@@ -108,8 +106,8 @@ def tokenize_for_mlm(
             kept = sum(len(ids) for ids in dataset["input_ids"])
             lines = sum(1 for tokens in dataset["truncated_tokens"] if tokens)
             logger.warning(
-                f"--line_by_line: {sources[name]} lost {cut:,} of {cut + kept:,} tokens ({100 * cut / (cut + kept):.1f}%) "
-                f"in {lines} of {len(dataset)} lines longer than --max_seq_length {max_seq_length}. Without "
+                f"--line_by_line: {sources[name]} lost {cut:,} of {cut + kept:,} tokens ({cut / (cut + kept):.1%}) in "
+                f"{lines} of {len(dataset)} lines longer than --max_seq_length {max_seq_length}. Without "
                 "--line_by_line the text is cut into blocks of max_seq_length tokens and no token is lost."
             )
     return tokenized.remove_columns("truncated_tokens") if line_by_line else tokenized

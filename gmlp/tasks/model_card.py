@@ -59,7 +59,7 @@ def model_card(trainer, base_model: str | None, task: str, dataset: str | None) 
         f'model = {auto_class}.from_pretrained("{repo_id}", trust_remote_code=True)',
         *([f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)'] if text else []),
         "```", "",
-        "(With the `gmlp` package installed, `import gmlp` registers the classes and `trust_remote_code` is not needed.)",
+        "(With the `gmlp` package installed, `import gmlp` registers the classes and the flag is not needed.)",
     ]  # fmt: skip
     if text:
         note = "`AutoTokenizer` reads the model's config, which names gMLP's code, before the tokenizer's own files: "

@@ -36,9 +36,7 @@ class DataTrainingArguments(training.TextDataArguments):
         if self.glue_dir is not None and self.task_name is None:
             raise ValueError("--glue_dir needs --task_name, to know which task folder to read.")
         if self.task_name is None and not (self.train_file or self.validation_file or self.test_file):
-            raise ValueError(
-                "Give --task_name (a GLUE task) or --train_file / --validation_file / --test_file (your own data)."
-            )
+            raise ValueError("Give --task_name (a GLUE task) or --train_file / --validation_file / --test_file.")
 
 
 def load_task_data(data_args, training_args, model_args, config):

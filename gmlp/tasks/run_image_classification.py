@@ -75,13 +75,12 @@ def main(argv: list[str] | None = None) -> dict:
     label_names = images.label_images(raw, data_args.label_column_name, config, model_args)
     training.set_labels(config, label_names)
     splits = {}
-    for split, flag, max_samples in (
-        ("train", "--do_train", data_args.max_train_samples),
-        ("validation", "--do_eval", data_args.max_eval_samples),
-        ("test", "--do_predict", data_args.max_predict_samples),
-    ):
-        if getattr(training_args, flag[2:]):
-            splits[split] = training.take_split(raw, split, flag, max_samples)
+    if training_args.do_train:
+        splits["train"] = training.take_split(raw, "train", "--do_train", data_args.max_train_samples)
+    if training_args.do_eval:
+        splits["validation"] = training.take_split(raw, "validation", "--do_eval", data_args.max_eval_samples)
+    if training_args.do_predict:
+        splits["test"] = training.take_split(raw, "test", "--do_predict", data_args.max_predict_samples)
     if model_args.model_name_or_path:
         name, load = model_args.model_name_or_path, AutoImageProcessor.from_pretrained
         image_processor = training.from_name(load, name, "--model_name_or_path", **model_args.hub_kwargs())
@@ -115,8 +114,9 @@ def main(argv: list[str] | None = None) -> dict:
             column, predictions = data_args.image_column_name, logits.argmax(1)
             images.write_image_predictions(path, splits["test"], column, predictions, label_names)
             logger.info(f"Wrote the test images' predicted labels to {path}")
-    dataset = data_args.dataset_name
-    model_card.publish(trainer, model_args.model_name_or_path, task="image-classification", dataset=dataset)
+    model_card.publish(
+        trainer, model_args.model_name_or_path, task="image-classification", dataset=data_args.dataset_name
+    )
     return metrics
 
 

@@ -3,6 +3,7 @@ start/end logits back into answers, and their scores, as Transformers' examples/
 
 import collections
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -32,10 +33,8 @@ def load_squad_json(path: str, document=None) -> datasets.Dataset:
         check_text_file(path, "The SQuAD file")
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
-        raise ValueError(  # noqa: TRY004 (a file's content, not an argument's type)
-            f'{path} is not in SQuAD\'s format: expected {{"data": [{{"title", "paragraphs": [{{"context", '
-            '"qas": [...]}]}]}]}.'
-        )
+        expected = '{"data": [{"title", "paragraphs": [{"context", "qas": [...]}]}]}'
+        raise ValueError(f"{path} is not in SQuAD's format: expected {expected}.")  # noqa: TRY004 (the file's content)
     rows = []
     for article in document["data"]:
         for paragraph in article["paragraphs"]:
@@ -105,7 +104,7 @@ def tokenize_windows(examples, tokenizer, max_seq_length: int, doc_stride: int, 
         smaller_stride = f"a smaller --doc_stride (e.g. {window // 2}) or " if window > 1 else ""
         raise ValueError(
             f"A question of {longest} tokens leaves {window} context tokens per feature with --max_seq_length "
-            f"{max_seq_length}, not more than --doc_stride {doc_stride}. Use {smaller_stride}a larger --max_seq_length."
+            f"{max_seq_length}, not more than --doc_stride {doc_stride}: use {smaller_stride}a larger max_seq_length."
         )
     texts = (questions, examples["context"]) if pad_on_right else (examples["context"], questions)
     truncation = "only_second" if pad_on_right else "only_first"
@@ -183,17 +182,16 @@ def postprocess_qa_predictions(
         for feature_index in indices:
             start_logits, end_logits = all_start_logits[feature_index], all_end_logits[feature_index]
             offsets = all_offsets[feature_index]
-            for start in np.argsort(start_logits)[-1 : -n_best_size - 1 : -1]:
-                for end in np.argsort(end_logits)[-1 : -n_best_size - 1 : -1]:
-                    # Spans outside the context (offset None, or past the features' padding) or too long are skipped.
-                    if start >= len(offsets) or end >= len(offsets) or offsets[start] is None or offsets[end] is None:
-                        continue
-                    if end < start or end - start + 1 > max_answer_length:
-                        continue
-                    text = example["context"][offsets[start][0] : offsets[end][1]]
-                    score = float(start_logits[start] + end_logits[end])
-                    logits = {"start_logit": float(start_logits[start]), "end_logit": float(end_logits[end])}
-                    candidates.append({"text": text, "score": score, **logits})
+            best = [np.argsort(logits)[-1 : -n_best_size - 1 : -1] for logits in (start_logits, end_logits)]
+            for start, end in itertools.product(*best):
+                # Spans outside the context (offset None, or past the features' padding) or too long are skipped.
+                inside = max(start, end) < len(offsets) and offsets[start] is not None and offsets[end] is not None
+                if not inside or not 0 <= end - start < max_answer_length:
+                    continue
+                text = example["context"][offsets[start][0] : offsets[end][1]]
+                score = float(start_logits[start] + end_logits[end])
+                logits = {"start_logit": float(start_logits[start]), "end_logit": float(end_logits[end])}
+                candidates.append({"text": text, "score": score, **logits})
         if version_2_with_negative:
             candidates.append({"text": "", "score": float(min_null_score), "start_logit": None, "end_logit": None})
         candidates = sorted(candidates, key=lambda candidate: candidate["score"], reverse=True)[:n_best_size]

@@ -195,9 +195,9 @@ def prepare_output_dir(training_args: AnyDeviceTrainingArguments, loads: list[st
         )
     elif checkpoints and training_args.do_train:
         raise FileExistsError(
-            f"--output_dir {output_dir} holds the checkpoints of an earlier run ({checkpoints[-1].name} the newest). Pass "
-            f"--resume_from_checkpoint {output_dir} to continue it, --overwrite_output_dir to start afresh (removing "
-            "them), or choose another --output_dir."
+            f"--output_dir {output_dir} holds the checkpoints of an earlier run ({checkpoints[-1].name} the newest). "
+            f"Pass --resume_from_checkpoint {output_dir} to continue it, --overwrite_output_dir to start afresh "
+            "(removing them), or choose another --output_dir."
         )
 
 
@@ -221,8 +221,7 @@ def from_name(load, name: str, option: str, presets=(), **kwargs):
 
 
 def load_config(model_args: ModelArguments, config_class=GMLPConfig, presets: dict = PRESETS):
-    """The config: a preset of `config_class`, a directory / Hub id, or the checkpoint's; then `--config_overrides`
-    (`k=v,k=v`, values typed like the current ones), and validated."""
+    """The config: a preset of `config_class`, a directory / Hub id, or the checkpoint's; then `--config_overrides`."""
     name = model_args.config_name or model_args.model_name_or_path
     if name is None:
         raise ValueError("No model given: pass --model_name_or_path (a checkpoint) or --config_name (e.g. a preset).")
@@ -249,7 +248,7 @@ def load_config(model_args: ModelArguments, config_class=GMLPConfig, presets: di
 
 
 def load_tokenizer(model_args: ModelArguments, required: bool = True):
-    """The tokenizer of `--tokenizer_name`, else of `--model_name_or_path`; None (or an error if `required`) if neither."""
+    """The tokenizer of `--tokenizer_name`, else of `--model_name_or_path`; else None (an error if `required`)."""
     name = model_args.tokenizer_name or model_args.model_name_or_path
     if name is None and required:
         raise ValueError("No tokenizer: pass --tokenizer_name, or a --model_name_or_path that has one.")
@@ -312,8 +311,9 @@ def choose_labels(config, names: list[str], model_args: ModelArguments, source: 
         )
         return list(names)
     raise ValueError(
-        f"{source}: label(s) {', '.join(map(repr, unknown))} are not labels of the model {model_args.model_name_or_path}"
-        f" (its labels: {listed}). Use them, or pass --ignore_mismatched_sizes to fine-tune a new head on the data's."
+        f"{source}: label(s) {', '.join(map(repr, unknown))} are not labels of the model "
+        f"{model_args.model_name_or_path} (its labels: {listed}). Use them, or pass --ignore_mismatched_sizes to "
+        "fine-tune a new head on the data's."
     )
 
 
@@ -332,7 +332,7 @@ class CheckedCollator:
     this clear error on every device (an accelerator fails with a device-side assert), at no synchronisation."""
 
     ADVICE = {
-        "input_ids": "the tokenizer does not match the model's vocabulary (vocab_size); use the model's own tokenizer.",
+        "input_ids": "the tokenizer does not match the model's vocabulary (vocab_size); use the model's tokenizer.",
         "labels": "labels must be mapped to the model's label ids (num_labels).",
     }
 
@@ -354,9 +354,8 @@ class CheckedCollator:
 
 
 def load_data_files(data_files: dict, cache_dir: str | None = None, streaming: bool = False, **read_kwargs):
-    """A `DatasetDict` from local files, one per split (`{"train": path, ...}`), or with `streaming` an
-    `IterableDatasetDict` read as it goes. The format follows the extension (`DATA_FILE_BUILDERS`; .txt gives one
-    example per line, column "text"); all files must share one. `read_kwargs` go to the builder."""
+    """A `DatasetDict` (with `streaming`, read as it goes) from local files, `{split: path}`, all of one format, which
+    the extension names (`DATA_FILE_BUILDERS`; .txt gives a "text" column, a line each). `read_kwargs` go to it."""
     extensions = set()
     for split, path in data_files.items():
         if not os.path.isfile(path):
@@ -403,8 +402,7 @@ def require_columns(dataset, columns, source: str, hint: str = "Rename the colum
 
 
 def take_split(data, split: str, flag: str, max_samples: int | None = None):
-    """The first `max_samples` examples of `data[split]` (all when None; a stream for a stream); an error if `data`
-    lacks that split, which `flag` needs."""
+    """The first `max_samples` examples of `data[split]` (all when None); an error without it (`flag` needs it)."""
     if split not in data:
         raise ValueError(f"{flag} needs {split} data; the data has {list(data) or 'none'}.")
     if max_samples is None:
@@ -425,13 +423,13 @@ def weights_problem(folder: Path) -> str | None:
             try:
                 with safe_open(str(path), framework="pt") as weights:
                     weights.keys()
-            except Exception as error:  # noqa: BLE001 (safetensors raises its own types for a bad header or a short file)
+            except Exception as error:  # noqa: BLE001 (safetensors has its own types for a bad header or a short file)
                 return f"{path} is truncated or corrupt ({error})"
     return None
 
 
 def checkpoint_problem(folder: Path) -> str | None:
-    """Why the Trainer checkpoint `folder` cannot be resumed from (a file missing, unreadable or truncated), or None."""
+    """Why the Trainer checkpoint `folder` cannot be resumed from (a file missing, unreadable, cut short), or None."""
     if problem := weights_problem(folder):
         return problem
     for path in (folder / "trainer_state.json", folder / "optimizer.pt", folder / "scheduler.pt"):
@@ -448,9 +446,8 @@ def checkpoint_problem(folder: Path) -> str | None:
 
 
 def resolve_checkpoint(training_args: TrainingArguments) -> str | None:
-    """The checkpoint to resume from: `--resume_from_checkpoint`, a checkpoint or a run directory holding
-    `checkpoint-*` folders, of which the newest complete one is taken (a run killed while saving leaves an incomplete
-    one behind); the ones skipped are logged with the reason."""
+    """`--resume_from_checkpoint`: a checkpoint, or of a run directory's `checkpoint-*` folders the newest complete one
+    (a run killed while saving leaves an incomplete one behind), logging why each newer one is skipped."""
     path = training_args.resume_from_checkpoint
     if path is None:
         return None
@@ -508,8 +505,8 @@ class RunSettings(TrainerCallback):
 
 
 def train_and_save(trainer, num_train_samples: int | None, arguments) -> None:
-    """Train (resuming if asked), save the model and tokenizer, and log/save the train metrics and state.
-    `arguments` are the run's parsed argument dataclasses (see `RunSettings`)."""
+    """Train (resuming if asked), save the model, and log and save the train metrics and state; `arguments` are the
+    run's argument dataclasses (see `RunSettings`)."""
     settings = RunSettings(arguments)
     trainer.add_callback(settings)
     if checkpoint := resolve_checkpoint(trainer.args):
