@@ -64,17 +64,6 @@ def image_processor_for(config) -> ViTImageProcessorPil:
     return ViTImageProcessorPil(size={"height": config.image_size, "width": config.image_size})
 
 
-def image_transform(image_processor, image_column: str = "image", label_column: str = "label"):
-    """A `Dataset.set_transform` function turning a batch of images into `pixel_values` (and `labels`)."""
-
-    def transform(batch):
-        images = [image.convert("RGB") for image in batch[image_column]]
-        prepared = {"pixel_values": image_processor(images, return_tensors="pt")["pixel_values"]}
-        return prepared | ({"labels": batch[label_column]} if label_column in batch else {})
-
-    return transform
-
-
 def compute_accuracy(eval_prediction) -> dict:
     """Top-1 accuracy, for the Trainer's `compute_metrics`."""
     logits = eval_prediction.predictions

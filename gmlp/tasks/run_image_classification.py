@@ -88,7 +88,12 @@ def main(argv: list[str] | None = None) -> dict:
         image_processor = images.image_processor_for(config)
     model = training.load_model(AutoModelForImageClassification, model_args, config)
 
-    transform = images.image_transform(image_processor, data_args.image_column_name, data_args.label_column_name)
+    def transform(batch):  # a batch of images as the model's pixel_values (and labels), when it is read
+        pictures = [image.convert("RGB") for image in batch[data_args.image_column_name]]
+        prepared = {"pixel_values": image_processor(pictures, return_tensors="pt")["pixel_values"]}
+        labels = batch.get(data_args.label_column_name)
+        return prepared if labels is None else prepared | {"labels": labels}
+
     inputs = {split: dataset.with_transform(transform) for split, dataset in splits.items()}
     trainer = Trainer(
         model=model,
