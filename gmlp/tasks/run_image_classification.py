@@ -10,13 +10,8 @@ import os
 from dataclasses import dataclass
 
 import datasets
-from transformers import (
-    AutoImageProcessor,
-    AutoModelForImageClassification,
-    Trainer,
-    TrainingArguments,
-    default_data_collator,
-)
+from transformers import AutoImageProcessor, AutoModelForImageClassification, Trainer, TrainingArguments
+from transformers.data.data_collator import default_data_collator
 from transformers.hf_argparser import HfArg
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
@@ -119,9 +114,8 @@ def main(argv: list[str] | None = None) -> dict:
             column, predictions = data_args.image_column_name, logits.argmax(1)
             images.write_image_predictions(path, splits["test"], column, predictions, label_names)
             logger.info(f"Wrote the test images' predicted labels to {path}")
-    model_card.publish(
-        trainer, model_args.model_name_or_path, task="image-classification", dataset=data_args.dataset_name
-    )
+    dataset = data_args.dataset_name
+    model_card.publish(trainer, model_args.model_name_or_path, task="image-classification", dataset=dataset)
     return metrics
 
 

@@ -12,15 +12,11 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from .metrics import load_metric
+from .metrics import ANSWERS, load_metric
 from .training import check_text_file, load_data_files
 
 logger = logging.getLogger(__name__)
 
-ANSWERS = {
-    "text": datasets.Sequence(datasets.Value("string")),
-    "answer_start": datasets.Sequence(datasets.Value("int32")),
-}
 SQUAD_FEATURES = datasets.Features(
     {**dict.fromkeys(["id", "title", "context", "question"], datasets.Value("string")), "answers": ANSWERS}
 )

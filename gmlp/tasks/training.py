@@ -45,18 +45,13 @@ class ModelArguments:
         help=f"A preset ({', '.join(PRESETS)}; for images {', '.join(VISION_PRESETS)}) or a config directory / Hub "
         "id, to train from scratch.",
     )
-    config_overrides: str | None = HfArg(
-        default=None, help="Config fields to set, e.g. num_hidden_layers=2,hidden_size=64."
-    )
+    config_overrides: str | None = HfArg(default=None, help="Fields to set, e.g. num_hidden_layers=2,hidden_size=64.")
     tokenizer_name: str | None = HfArg(default=None, help="A tokenizer directory or Hub id, if not the model's.")
     cache_dir: str | None = HfArg(default=None, help="Where to cache Hub downloads.")
     model_revision: str = HfArg(default="main", help="Branch, tag or commit of a Hub model.")
     token: str | None = HfArg(default=None, help="Hub token for private models and datasets.")
     trust_remote_code: bool = HfArg(default=False, help="Allow code from the Hub (gMLP's is in this package).")
-    ignore_mismatched_sizes: bool = HfArg(
-        default=False,
-        help="Load a checkpoint whose head has another size than the task's: a new head, the data's labels.",
-    )
+    ignore_mismatched_sizes: bool = HfArg(default=False, help="A new head where the checkpoint's has another size.")
 
     def hub_kwargs(self) -> dict:
         """The keyword arguments every `from_pretrained` call takes from these options."""
@@ -90,9 +85,7 @@ class AnyDeviceTrainingArguments(TrainingArguments):
     """`TrainingArguments` with `--overwrite_output_dir` (gone from Transformers 5), that run `--bf16` on the CPU when
     there is no accelerator (Transformers refuses it there unless `--use_cpu` is given too)."""
 
-    overwrite_output_dir: bool = HfArg(
-        default=False, help="Start a fresh run in a used --output_dir, removing its results and checkpoints first."
-    )
+    overwrite_output_dir: bool = HfArg(default=False, help="Start afresh: remove --output_dir's results, checkpoints.")
 
     def __post_init__(self):
         bf16 = self.bf16 or self.bf16_full_eval

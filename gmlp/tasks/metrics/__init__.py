@@ -12,7 +12,8 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
 METRIC_NAMES = ("glue", "squad", "squad_v2")
-# The inputs of the squad and squad_v2 metrics, as on the Hub (squad_v2's predictions add a no_answer_probability).
+# The inputs of the squad and squad_v2 metrics, as on the Hub (squad_v2's predictions add a no_answer_probability);
+# ANSWERS are also the Hub's SQuAD datasets' answers.
 SQUAD_PREDICTION = {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")}
 ANSWERS = datasets.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")})
 SQUAD_REFERENCE = {"id": datasets.Value("string"), "answers": ANSWERS}
