@@ -1,16 +1,14 @@
-"""GLUE for `run_glue.py`: the tasks, GLUE's own folders, custom files, label checks and the metric.
-
-Every dataset this module returns has the columns and label names of the Hub's `nyu-mll/glue` (e.g. `sentence1`,
-`sentence2`, `label`, `idx`), whether it comes from the Hub, a GLUE folder or a csv/json file.
-"""
+"""GLUE for `run_glue.py`: the tasks, GLUE's own folders, custom files, label checks and the metric. Every dataset
+it returns has the columns and label names of the Hub's `nyu-mll/glue`, whatever it was read from."""
 
 import logging
-import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import datasets
 import numpy as np
+import pandas as pd
 
 from .metrics import load_metric
 from .training import load_data_files, require_columns
@@ -20,14 +18,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TextClassificationTask:
-    """A text-classification (or regression) task: a GLUE task, with its Hub columns and labels and where they are in
-    GLUE's TSV files, or the user's own data (`custom_task`, which has no GLUE folder)."""
+    """A text-classification (or regression) task: a GLUE task, with its Hub columns and labels and the fields of
+    GLUE's TSV files that hold them, or the user's own data (`custom_task`, which has no GLUE folder)."""
 
     name: str
     text_columns: tuple[str, ...]  # Hub column names, e.g. ("sentence1", "sentence2")
     label_names: tuple[str, ...] | None  # None for regression (STS-B)
     folder: str | None = None  # the task's folder in GLUE's layout, e.g. "SST-2"
-    tsv_columns: dict[str, str] | None = None  # Hub column -> TSV header field ("label" included)
+    tsv_fields: tuple[str, ...] = ()  # the TSV header fields of the text columns, then of the label
     headerless_fields: tuple[str, ...] | None = None  # the fields of CoLA's train/dev files, which have no header
     eval_splits: tuple[str, ...] = ("validation",)
     test_splits: tuple[str, ...] = ("test",)
@@ -37,15 +35,10 @@ class TextClassificationTask:
     def is_regression(self) -> bool:
         return self.label_names is None
 
-    @property
-    def num_labels(self) -> int:
-        return 1 if self.is_regression else len(self.label_names)
-
 
 def glue_task(name, folder, text_columns, label_names, tsv_fields, **kwargs) -> TextClassificationTask:
-    """A GLUE task whose TSV fields `tsv_fields` hold its text columns and then its label."""
-    tsv_columns = dict(zip((*text_columns, "label"), tsv_fields))
-    return TextClassificationTask(name, text_columns, label_names, folder, tsv_columns, **kwargs)
+    """A GLUE task, from its folder, Hub columns, labels and TSV fields, in the order of the table below."""
+    return TextClassificationTask(name, text_columns, label_names, folder, tsv_fields, **kwargs)
 
 
 PAIR = ("sentence1", "sentence2")
@@ -69,12 +62,6 @@ GLUE_TASKS = {
         glue_task("wnli", "WNLI", PAIR, ("not_entailment", "entailment"), (*PAIR, "label")),
     ]
 }  # fmt: skip
-SPLIT_FILES = {"train": "train", "validation": "dev", "test": "test"}  # split -> file stem in GLUE's layout
-SPLIT_FILES |= {
-    f"{split}_{kind}": f"{SPLIT_FILES[split]}_{kind}"
-    for split in ("validation", "test")
-    for kind in ("matched", "mismatched")
-}
 
 
 def get_task(name: str) -> TextClassificationTask:
@@ -92,33 +79,32 @@ def load_glue_dir(glue_dir: str, task: TextClassificationTask, splits) -> datase
     task_dir = os.path.join(glue_dir, task.folder)
     if not os.path.isdir(task_dir):
         raise FileNotFoundError(
-            f"No {task.folder} folder in --glue_dir {glue_dir!r}: expected GLUE's layout {task_dir}/train.tsv, dev.tsv."
+            f"No {task.folder} folder in --glue_dir {glue_dir!r}: expected GLUE's layout, {task_dir}/train.tsv, ..."
         )
     result = {}
     for split in splits:
-        stem, is_test = os.path.join(task_dir, SPLIT_FILES[split]), split.startswith("test")
+        stem, labelled = os.path.join(task_dir, split.replace("validation", "dev")), not split.startswith("test")
         path = next((stem + ext for ext in (".tsv", ".jsonl") if os.path.isfile(stem + ext)), None)
         if path is None:
             raise FileNotFoundError(
                 f"The {split} split of {task.name} needs {stem}.tsv (GLUE's layout) or {stem}.jsonl; neither exists."
             )
-        if path.endswith(".jsonl"):
+        headerless = task.headerless_fields if labelled and path.endswith(".tsv") else None
+        first_line = 1 if headerless or path.endswith(".jsonl") else 2
+        if path.endswith(".tsv"):
+            dataset = load_data_files({split: path}, column_names=headerless, na_filter=False)[split]
+            dataset = dataset.cast(datasets.Features(dict.fromkeys(dataset.column_names, datasets.Value("string"))))
+            fields = dict(zip(task.tsv_fields, (*task.text_columns, "label")))  # TSV field -> Hub column
+            fields = {field: column for field, column in fields.items() if labelled or column != "label"}
+            require_columns(dataset, fields, path, hint=f"Is it GLUE's {task.folder} file?")
+            short = min((i for f in fields for i, value in enumerate(dataset[f]) if value is None), default=None)
+            if short is not None:
+                raise ValueError(f"{path}, line {short + first_line}: fewer fields than the header's.")
+            fields |= {"index": "idx"} if "index" in dataset.column_names else {}
+            dataset = dataset.select_columns(list(fields)).rename_columns({f: c for f, c in fields.items() if f != c})
+        else:
             dataset = load_data_files({split: path})[split]
-            result[split] = encode_task_labels(dataset, task, path, labelled=not is_test, first_line=1)
-            continue
-        headerless = task.headerless_fields if task.headerless_fields and not is_test else None
-        dataset = load_data_files({split: path}, column_names=headerless, na_filter=False)[split]
-        dataset = dataset.cast(datasets.Features(dict.fromkeys(dataset.column_names, datasets.Value("string"))))
-        fields = {source: column for column, source in task.tsv_columns.items() if not (is_test and column == "label")}
-        require_columns(dataset, fields, path, hint=f"Is it GLUE's {task.folder} file?")
-        short = min((i for source in fields for i, value in enumerate(dataset[source]) if value is None), default=None)
-        if short is not None:
-            raise ValueError(f"{path}, line {short + (1 if headerless else 2)}: fewer fields than the header's.")
-        fields |= {"index": "idx"} if "index" in dataset.column_names else {}
-        dataset = dataset.select_columns(list(fields)).rename_columns({s: c for s, c in fields.items() if s != c})
-        result[split] = encode_task_labels(
-            dataset, task, path, labelled=not is_test, first_line=1 if headerless else 2
-        )
+        result[split] = encode_task_labels(dataset, task, path, labelled, first_line)
     return datasets.DatasetDict(result)
 
 
@@ -130,37 +116,23 @@ def encode_label(value, task: TextClassificationTask, where: str) -> int | float
             return float(value)
         except (TypeError, ValueError):
             raise ValueError(f"{where}: label {value!r} is not a number; {task.name} is a regression task.") from None
-    label_id = None
-    if isinstance(value, str):
-        names = [name.lower() for name in task.label_names]
-        if value.lower() in names:
-            return names.index(value.lower())
-        label_id = int(value) if value.isdigit() and task.ids_allowed else None
-    elif isinstance(value, int | float) and float(value).is_integer() and task.ids_allowed:
-        label_id = int(value)  # a csv column of ids is read as floats when a cell is empty elsewhere
-    if label_id is None or not 0 <= label_id < task.num_labels:
-        raise ValueError(
-            f"{where}: label {value!r} is not a {task.name} label; the labels are "
-            f"{', '.join(f'{i} = {name!r}' for i, name in enumerate(task.label_names))}."
-        )
-    return label_id
+    ids = {name.lower(): i for i, name in enumerate(task.label_names)}
+    if task.ids_allowed:  # as numbers (1.0 == 1: a csv column of ids is read as floats when a cell is empty) or text
+        ids |= {key: i for i in range(len(ids)) for key in (i, str(i))}
+    key = value.lower() if isinstance(value, str) else value
+    if key not in ids:
+        listed = ", ".join(f"{i} = {name!r}" for i, name in enumerate(task.label_names))
+        raise ValueError(f"{where}: label {value!r} is not a {task.name} label; the labels are {listed}.")
+    return ids[key]
 
 
 def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
     """An error naming the examples of `dataset` (read from `source`) whose label is empty."""
-    blank = [
-        index
-        for index, value in enumerate(dataset["label"])
-        if value is None
-        or (isinstance(value, float) and math.isnan(value))
-        or (isinstance(value, str) and not value.strip())
-    ]
+    blank = [i for i, value in enumerate(dataset["label"]) if pd.isna(value) or str(value).strip() == ""]
     if blank:
         shown = ", ".join(str(index) for index in blank[:5]) + (", ..." if len(blank) > 5 else "")
-        raise ValueError(
-            f"{source}: {len(blank)} example(s) have an empty label (example {shown}, counting from 0 after the "
-            "header). Fill in or remove those rows."
-        )
+        where = f"example {shown}, counting from 0 after the header"
+        raise ValueError(f"{source}: {len(blank)} example(s) have an empty label ({where}). Fill in or remove them.")
 
 
 def encode_task_labels(dataset, task: TextClassificationTask, source: str, labelled=True, first_line=None):
@@ -179,20 +151,22 @@ def encode_task_labels(dataset, task: TextClassificationTask, source: str, label
     if "idx" not in dataset.column_names:
         dataset = dataset.add_column("idx", list(range(len(dataset))))
     label = datasets.Value("float32") if task.is_regression else datasets.ClassLabel(names=list(task.label_names))
-    features = {
-        **dict.fromkeys(task.text_columns, datasets.Value("string")),
-        "label": label,
-        "idx": datasets.Value("int32"),
-    }
+    features = dict.fromkeys(task.text_columns, datasets.Value("string"))
+    features |= {"label": label, "idx": datasets.Value("int32")}
     return dataset.select_columns(list(features)).cast(datasets.Features(features))
+
+
+def encode_files(raw: datasets.DatasetDict, task: TextClassificationTask, files: dict) -> datasets.DatasetDict:
+    """The splits of `raw`, read from `files`, encoded by `encode_task_labels` (`test` unlabelled)."""
+    return datasets.DatasetDict({s: encode_task_labels(raw[s], task, files[s], s != "test") for s in raw})
 
 
 def glue_file_hint(dataset, task: TextClassificationTask | None = None) -> str:
     """What to do about a file without the expected columns: read it with --glue_dir if its header is that of one of
     GLUE's own TSV files, else rename its columns."""
     header = {column.lstrip("\ufeff") for column in dataset.column_names}
-    for glue in [task] if task and task.tsv_columns else GLUE_TASKS.values():
-        if set(glue.tsv_columns.values()) <= header:
+    for glue in [task] if task and task.tsv_fields else GLUE_TASKS.values():
+        if set(glue.tsv_fields) <= header:
             return (
                 f"It is GLUE's own {glue.folder} file: read it with --task_name {glue.name} --glue_dir DIR, where DIR "
                 f"holds {glue.folder}/train.tsv and {glue.folder}/dev.tsv (GLUE's layout)."
@@ -210,8 +184,7 @@ def custom_task(dataset, source: str) -> TextClassificationTask:
     if dataset.features["label"].dtype.startswith("float"):
         logger.warning(
             f"{source}: its labels are numbers with decimals ({', '.join(map(str, dataset.unique('label')[:4]))}, "
-            "...), so the task is regression (one output, mean squared error). If they are classes, write them as "
-            "integers or names."
+            "...), so the task is regression. If they are classes, write them as integers or names."
         )
         return TextClassificationTask("custom", text_columns, None)
     label_names = tuple(str(label) for label in sorted(dataset.unique("label")))
@@ -246,9 +219,6 @@ def glue_compute_metrics(task_name: str | None, is_regression: bool, num_labels:
 
 def write_predictions(path: str, predictions: np.ndarray, label_names: list[str] | None) -> None:
     """GLUE's submission format: `index<TAB>prediction`, the label name (or the score for regression)."""
-    rows = [
-        f"{i}\t{p:.3f}\n" if label_names is None else f"{i}\t{label_names[int(p)]}\n"
-        for i, p in enumerate(predictions)
-    ]
-    with open(path, "w", encoding="utf-8") as file:
-        file.write("index\tprediction\n" + "".join(rows))
+    texts = [f"{p:.3f}" if label_names is None else label_names[int(p)] for p in predictions]
+    rows = "".join(f"{i}\t{text}\n" for i, text in enumerate(texts))
+    Path(path).write_text("index\tprediction\n" + rows, encoding="utf-8")

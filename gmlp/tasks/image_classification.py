@@ -1,26 +1,17 @@
-"""Pieces of `run_image_classification.py`: image data (scikit-learn's digits offline, folders of images, or any
-`datasets` image dataset), labels through the model's label map, the image processor for a gMLP vision config, the
-Trainer's accuracy, and the predictions file."""
+"""Pieces of `run_image_classification.py`: scikit-learn's digits and folders of images, labels through the model's
+label map, the image processor for a gMLP vision config, the Trainer's accuracy, and the predictions file."""
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import numpy as np
 from transformers import ViTImageProcessorPil
-from transformers.hf_argparser import HfArg
 
-from ..configuration_gmlp import VISION_PRESETS
 from .metrics import accuracy
 from .training import ModelArguments, choose_labels
 
 DIGITS = "sklearn-digits"
-
-
-@dataclass
-class VisionModelArguments(ModelArguments):
-    config_name: str | None = HfArg(default=None, help=f"A vision preset ({', '.join(VISION_PRESETS)}) or a config.")
 
 
 def load_digits_dataset(validation_fraction: float = 0.2, seed: int = 0) -> datasets.DatasetDict:
@@ -30,21 +21,16 @@ def load_digits_dataset(validation_fraction: float = 0.2, seed: int = 0) -> data
 
     digits = load_digits()
     grey = np.round(digits.images * (255 / 16)).astype(np.uint8)
-    features = datasets.Features(
-        {"image": datasets.Image(), "label": datasets.ClassLabel(names=[str(digit) for digit in digits.target_names])}
-    )
-    dataset = datasets.Dataset.from_dict(
-        {"image": [np.repeat(image[:, :, None], 3, axis=2) for image in grey], "label": digits.target.tolist()},
-        features=features,
-    )
+    names = [str(digit) for digit in digits.target_names]
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=names)})
+    images = [np.repeat(image[:, :, None], 3, axis=2) for image in grey]
+    dataset = datasets.Dataset.from_dict({"image": images, "label": digits.target.tolist()}, features=features)
     split = dataset.train_test_split(test_size=validation_fraction, seed=seed, stratify_by_column="label")
     return datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
 
 
 def image_folder(path: str, split: str, cache_dir: str | None) -> datasets.Dataset:
     """The images below the folder `path` (labelled by their class folders, if they are in some)."""
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"--{split}_dir {path!r} is not a folder (of images, in class folders).")
     # The imagefolder builder takes file patterns, not folders: every file below the folder.
     files = {split: os.path.join(path, "**")}
     return datasets.load_dataset("imagefolder", data_files=files, cache_dir=cache_dir)[split]
@@ -72,21 +58,10 @@ def label_images(raw: datasets.DatasetDict, column: str, config, model_args: Mod
     return names
 
 
-def image_processor_for(config, **overrides) -> ViTImageProcessorPil:
+def image_processor_for(config) -> ViTImageProcessorPil:
     """ViT's image processor, resizing to the model's `image_size` (PIL backend: needs no torchvision; it saves as
     `ViTImageProcessor`, which loads with either backend)."""
-    return ViTImageProcessorPil(size={"height": config.image_size, "width": config.image_size}, **overrides)
-
-
-def image_transform(image_processor, image_column: str = "image", label_column: str = "label"):
-    """A `Dataset.set_transform` function turning a batch of images into `pixel_values` (and `labels`)."""
-
-    def transform(batch):
-        images = [image.convert("RGB") for image in batch[image_column]]
-        prepared = {"pixel_values": image_processor(images, return_tensors="pt")["pixel_values"]}
-        return prepared | ({"labels": batch[label_column]} if label_column in batch else {})
-
-    return transform
+    return ViTImageProcessorPil(size={"height": config.image_size, "width": config.image_size})
 
 
 def compute_accuracy(eval_prediction) -> dict:

@@ -1,16 +1,14 @@
 """Masked-language-model data for `run_mlm.py`: the packaged default text, tokenization (line by line or in blocks),
 the tokenizer trained on the fly, the fixed evaluation mask, and the masked-token metrics."""
 
+import dataclasses
 import logging
-import math
-from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 
 import datasets
 import numpy as np
-import torch
-from transformers import AutoTokenizer, DataCollatorForLanguageModeling, pipeline
+from transformers import AutoTokenizer, DataCollatorForLanguageModeling, DataCollatorForSeq2Seq
 
 from ..tokenization_gmlp import train_tokenizer
 
@@ -29,22 +27,23 @@ def text_column_of(dataset, source: str = "The data") -> str:
     column = "text" if "text" in dataset.column_names else dataset.column_names[0]
     dtype = getattr(dataset.features[column], "dtype", None)
     if dtype not in ("string", "large_string"):
-        raise ValueError(
-            f"{source}: its text column {column!r} holds {dtype or type(dataset.features[column]).__name__} values, not "
-            f"text. Name the text column `text` (its columns: {dataset.column_names})."
-        )
+        kind = dtype or type(dataset.features[column]).__name__
+        raise ValueError(f"{source}: its text column {column!r} holds {kind} values, not text. Name the text `text`.")
     return column
 
 
-def train_or_load_tokenizer(train_dataset, vocab_size: int, model_max_length: int, training_args):
-    """A WordPiece tokenizer trained on `train_dataset`'s text by the main process and saved to the output directory,
-    where the other processes load it, so that every process has the same vocabulary."""
+def train_or_load_tokenizer(raw_datasets, config, training_args):
+    """A WordPiece tokenizer of the config's size trained on the training text by the main process and saved to the
+    output directory, where the other processes load it, so that every process has the same vocabulary."""
+    if "train" not in raw_datasets:
+        raise ValueError("No tokenizer, and no training data to train one on: pass --tokenizer_name.")
     with training_args.main_process_first(desc="training the tokenizer"):
         if training_args.process_index != 0:
             return AutoTokenizer.from_pretrained(training_args.output_dir)
-        logger.info(f"Training a WordPiece tokenizer of {vocab_size} tokens on the training data")
-        column = text_column_of(train_dataset, "The training data")
-        tokenizer = train_tokenizer(train_dataset, vocab_size, model_max_length=model_max_length, text_column=column)
+        logger.info(f"Training a WordPiece tokenizer of {config.vocab_size} tokens on the training data")
+        column = text_column_of(raw_datasets["train"], "The training data")
+        n = config.max_position_embeddings
+        tokenizer = train_tokenizer(raw_datasets["train"], config.vocab_size, model_max_length=n, text_column=column)
         tokenizer.save_pretrained(training_args.output_dir)
     return tokenizer
 
@@ -61,9 +60,8 @@ def tokenize_for_mlm(
     pad_to_max_length: bool = False,
 ):
     """Token ids for MLM: each non-empty line cut to `max_seq_length` (`line_by_line`, logging how many tokens that
-    drops; padded to `max_seq_length` with `pad_to_max_length`), or all the text joined and cut into blocks of exactly
-    `max_seq_length` tokens (the remainder of each 1,000 texts dropped, as in Transformers' run_mlm). `sources` names
-    each split's file in errors."""
+    drops), or all the text joined and cut into blocks of `max_seq_length` tokens (the remainder of each 1,000 texts
+    dropped, as in Transformers' run_mlm). `sources` names each split's file in errors."""
     sources = {name: f"The {name} data" for name in raw_datasets} | (sources or {})
     split_name, split = next(iter(raw_datasets.items()))
     text_column = text_column_of(split, sources[split_name])
@@ -100,39 +98,26 @@ def tokenize_for_mlm(
         tokenized = raw_datasets.map(tokenize, batched=True, remove_columns=columns, **map_kwargs)
         if not line_by_line:
             tokenized = tokenized.map(group_texts, batched=True, **map_kwargs)
-    if streaming:
-        return tokenized.remove_columns("truncated_tokens") if line_by_line else tokenized
-    for name, dataset in tokenized.items():
-        if len(dataset) == 0 and line_by_line:
-            raise ValueError(f"{sources[name]} has no non-blank line: nothing to train or evaluate on.")
+    for name, dataset in {} if streaming else tokenized.items():  # a stream cannot be counted ahead
         if len(dataset) == 0:
-            raise ValueError(
-                f"{sources[name]} has no example after tokenization: its text is shorter than one block of "
-                f"--max_seq_length {max_seq_length} tokens. Give more text, a smaller --max_seq_length, or --line_by_line."
-            )
+            what = "non-blank line" if line_by_line else f"block of --max_seq_length {max_seq_length} tokens"
+            raise ValueError(f"{sources[name]} has not one {what}: nothing to train or evaluate on.")
         if line_by_line and (cut := sum(dataset["truncated_tokens"])):
             kept = sum(len(ids) for ids in dataset["input_ids"])
             lines = sum(1 for tokens in dataset["truncated_tokens"] if tokens)
             logger.warning(
-                f"--line_by_line: {sources[name]} lost {cut:,} of {cut + kept:,} tokens ({100 * cut / (cut + kept):.1f}%) "
-                f"in {lines} of {len(dataset)} lines longer than --max_seq_length {max_seq_length}. Without "
+                f"--line_by_line: {sources[name]} lost {cut:,} of {cut + kept:,} tokens ({cut / (cut + kept):.1%}) in "
+                f"{lines} of {len(dataset)} lines longer than --max_seq_length {max_seq_length}. Without "
                 "--line_by_line the text is cut into blocks of max_seq_length tokens and no token is lost."
             )
     return tokenized.remove_columns("truncated_tokens") if line_by_line else tokenized
 
 
-def with_fixed_mask(dataset, collator: DataCollatorForLanguageModeling, seed: int):
-    """`dataset` masked once, with a generator seeded by `seed`: each example gets its masked `input_ids` and its
-    `labels`, so that every evaluation of every checkpoint scores the same masked positions (a fresh random mask per
-    evaluation moves the perplexity by several percent). `MaskedLMCollator` only pads such examples."""
-    masker = DataCollatorForLanguageModeling(
-        collator.tokenizer,
-        mlm_probability=collator.mlm_probability,
-        mask_replace_prob=collator.mask_replace_prob,
-        random_replace_prob=collator.random_replace_prob,
-        whole_word_mask=collator.whole_word_mask,
-    )
-    masker.generator = torch.Generator().manual_seed(seed)
+def with_fixed_mask(dataset, collator: "MaskedLMCollator", seed: int):
+    """`dataset` masked once by `collator`, with a generator seeded by `seed`: each example gets its masked
+    `input_ids` and its `labels`, so that every evaluation of every checkpoint scores the same masked positions (a
+    fresh random mask per evaluation moves the perplexity by several percent). `MaskedLMCollator` only pads them."""
+    masker = dataclasses.replace(collator, seed=seed, sparse_prediction=False, pad_to_multiple_of=None)
     # One example at a time, in order, in this process: the masks depend only on the seed and the data.
     return dataset.map(
         lambda example: {key: value[0].tolist() for key, value in masker([example]).items()},
@@ -142,7 +127,7 @@ def with_fixed_mask(dataset, collator: DataCollatorForLanguageModeling, seed: in
     )
 
 
-@dataclass
+@dataclasses.dataclass
 class MaskedLMCollator(DataCollatorForLanguageModeling):
     """Transformers' MLM collator, plus two things: examples that already carry `labels` (the fixed evaluation mask
     of `with_fixed_mask`) are padded, not masked again; and with `sparse_prediction`, every batch asks
@@ -151,19 +136,10 @@ class MaskedLMCollator(DataCollatorForLanguageModeling):
     sparse_prediction: bool = False
 
     def torch_call(self, examples):
-        if not (isinstance(examples[0], dict) and "labels" in examples[0]):
-            batch = super().torch_call(examples)
+        if isinstance(examples[0], dict) and "labels" in examples[0]:  # Seq2Seq's collator pads the labels with -100
+            batch = DataCollatorForSeq2Seq(self.tokenizer, pad_to_multiple_of=self.pad_to_multiple_of)(examples)
         else:
-            inputs = [{key: value for key, value in example.items() if key != "labels"} for example in examples]
-            batch = dict(self.tokenizer.pad(inputs, return_tensors="pt", pad_to_multiple_of=self.pad_to_multiple_of))
-            length = batch["input_ids"].shape[1]
-            batch["labels"] = torch.full((len(examples), length), -100, dtype=torch.long)
-            for row, example in enumerate(examples):
-                label = torch.as_tensor(example["labels"])
-                columns = (
-                    slice(length - len(label), None) if self.tokenizer.padding_side == "left" else slice(len(label))
-                )
-                batch["labels"][row, columns] = label
+            batch = super().torch_call(examples)
         if self.sparse_prediction:
             batch["sparse_prediction"] = True
         return batch
@@ -179,17 +155,3 @@ def masked_token_accuracy(eval_prediction) -> dict:
     predictions, labels = eval_prediction
     masked = labels != -100
     return {"accuracy": float(np.mean(predictions[masked] == labels[masked]))}
-
-
-def perplexity(eval_loss: float) -> float:
-    """exp(loss), or infinity when it overflows."""
-    return math.exp(eval_loss) if eval_loss < 700 else math.inf
-
-
-def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[dict]:
-    """The `top_k` fill-mask predictions for `text`, which must contain the tokenizer's mask token once."""
-    if text.count(tokenizer.mask_token) != 1:
-        raise ValueError(
-            f"The fill-mask text must contain the mask token {tokenizer.mask_token!r} once, got {text!r}."
-        )
-    return pipeline("fill-mask", model=model, tokenizer=tokenizer, device=model.device)(text, top_k=top_k)

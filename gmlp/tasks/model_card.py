@@ -59,32 +59,23 @@ def model_card(trainer, base_model: str | None, task: str, dataset: str | None) 
         f'model = {auto_class}.from_pretrained("{repo_id}", trust_remote_code=True)',
         *([f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)'] if text else []),
         "```", "",
-        "(With the `gmlp` package installed, `import gmlp` registers the classes and `trust_remote_code` is not needed.)",
+        "(With the `gmlp` package installed, `import gmlp` registers the classes and the flag is not needed.)",
     ]  # fmt: skip
     if text:
-        note = (
-            "The tokenizer is Transformers' own fast tokenizer (`tokenizer.json`); `AutoTokenizer` reads the model's "
-            "config first, which names gMLP's code, hence the same `trust_remote_code=True` (without it, Transformers "
-            f'asks whether to run that code). `PreTrainedTokenizerFast.from_pretrained("{repo_id}")` reads the '
-            "tokenizer's files alone."
-        )
+        note = "`AutoTokenizer` reads the model's config, which names gMLP's code, before the tokenizer's own files: "
+        note += f'hence the flag. `PreTrainedTokenizerFast.from_pretrained("{repo_id}")` reads only those.'
         lines += ["", note]
     results = output_dir / "all_results.json"
     metrics = json.loads(results.read_text()) if results.is_file() else {}
     if metrics:
         lines += ["", "## Results", "", "| metric | value |", "|---|---|"]
         lines += [
-            f"| {name} | {value:.4g} |" for name, value in sorted(metrics.items()) if isinstance(value, float | int)
+            f"| {key} | {value:.4g} |" for key, value in sorted(metrics.items()) if isinstance(value, float | int)
         ]
-    settings = {
-        "learning_rate": args.learning_rate,
-        "train_batch_size": args.per_device_train_batch_size * max(1, args.world_size),
-        "gradient_accumulation_steps": args.gradient_accumulation_steps,
-        **({"steps": args.max_steps} if args.max_steps > 0 else {"epochs": args.num_train_epochs}),
-        "warmup_steps": args.warmup_steps,
-        "weight_decay": args.weight_decay,
-        "seed": args.seed,
-    }
+    names = ("learning_rate", "gradient_accumulation_steps", "warmup_steps", "weight_decay", "seed")
+    settings = {name: getattr(args, name) for name in names}
+    settings["train_batch_size"] = args.per_device_train_batch_size * max(1, args.world_size)
+    settings |= {"steps": args.max_steps} if args.max_steps > 0 else {"epochs": args.num_train_epochs}
     lines += ["", "## Training", "", "| hyperparameter | value |", "|---|---|"]
     return "\n".join([*lines, *(f"| {name} | {value} |" for name, value in settings.items())]) + "\n"
 

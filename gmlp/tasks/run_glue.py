@@ -36,62 +36,45 @@ class DataTrainingArguments(training.TextDataArguments):
         if self.glue_dir is not None and self.task_name is None:
             raise ValueError("--glue_dir needs --task_name, to know which task folder to read.")
         if self.task_name is None and not (self.train_file or self.validation_file or self.test_file):
-            raise ValueError(
-                "Give --task_name (a GLUE task) or --train_file / --validation_file / --test_file (your own data)."
-            )
+            raise ValueError("Give --task_name (a GLUE task) or --train_file / --validation_file / --test_file.")
 
 
 def load_task_data(data_args, training_args, model_args, config):
     """The task and its splits, with the Hub's columns: a GLUE task's labelled with GLUE's ids, custom files' as
     read (see `label_data`). A custom task's labels are those of its first labelled file, or, with only a
     --test_file, the model's."""
-    files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
-    if any(files.values()):
-        raw = training.load_data_files(files, cache_dir=model_args.cache_dir)
-        if "test" in raw and "label" in raw["test"].column_names:
-            # Test labels are not used; `datasets` gives a test file without them the other files' label column.
-            raw["test"] = raw["test"].remove_columns("label")
-        labelled = [split for split in raw if split != "test"]
-        if data_args.task_name:
-            task = glue.get_task(data_args.task_name)
-            raw = datasets.DatasetDict(
-                {split: glue.encode_task_labels(raw[split], task, files[split], split != "test") for split in raw}
-            )
-        elif labelled:
-            task = glue.custom_task(raw[labelled[0]], files[labelled[0]])
-        elif model_args.model_name_or_path:
-            names = None if config.problem_type == "regression" or config.num_labels == 1 else config.id2label.values()
-            columns = glue.infer_text_columns(raw["test"].column_names)
-            task = glue.TextClassificationTask("custom", columns, names and tuple(names), ids_allowed=False)
-        else:
-            raise ValueError(
-                "A --test_file alone needs --model_name_or_path (a classifier whose labels it predicts), or a "
-                "--train_file / --validation_file with labels."
-            )
-        return task, raw, ("validation",), ("test",)
-    task = glue.get_task(data_args.task_name)
-    if data_args.glue_dir is not None:
-        wanted = (["train"] if training_args.do_train else []) + (
-            list(task.eval_splits) if training_args.do_eval else []
-        )
-        wanted += list(task.test_splits) if training_args.do_predict else []
-        raw = glue.load_glue_dir(data_args.glue_dir, task, wanted)
-    else:
-        raw = training.load_dataset_or_saved(
-            data_args.dataset_name, task.name, cache_dir=model_args.cache_dir, token=model_args.token
-        )
-    return task, raw, task.eval_splits, task.test_splits
+    files = data_args.data_files()
+    if not files:
+        task = glue.get_task(data_args.task_name)
+        if data_args.glue_dir is None:
+            return task, training.load_hub_dataset(data_args, model_args, data_args.dataset_config_name or task.name)
+        asked = {("train",): training_args.do_train, task.eval_splits: training_args.do_eval}
+        asked[task.test_splits] = training_args.do_predict
+        wanted = [split for splits, flag in asked.items() if flag for split in splits]
+        return task, glue.load_glue_dir(data_args.glue_dir, task, wanted)
+    raw = training.load_data_files(files, cache_dir=model_args.cache_dir)
+    if "test" in raw and "label" in raw["test"].column_names:
+        # Test labels are not used; `datasets` gives a test file without them the other files' label column.
+        raw["test"] = raw["test"].remove_columns("label")
+    if data_args.task_name:  # files have one validation and one test split, MNLI's too
+        task = glue.get_task(data_args.task_name)
+        task = dataclasses.replace(task, eval_splits=("validation",), test_splits=("test",))
+        return task, glue.encode_files(raw, task, files)
+    if labelled := [split for split in raw if split != "test"]:
+        return glue.custom_task(raw[labelled[0]], files[labelled[0]]), raw
+    if not model_args.model_name_or_path:
+        raise ValueError("A --test_file alone needs --model_name_or_path, a classifier whose labels it predicts.")
+    names = None if config.problem_type == "regression" or config.num_labels == 1 else config.id2label.values()
+    columns = glue.infer_text_columns(raw["test"].column_names)
+    return glue.TextClassificationTask("custom", columns, names and tuple(names), ids_allowed=False), raw
 
 
 def label_data(raw: datasets.DatasetDict, task, label_names, data_args) -> datasets.DatasetDict:
-    """The splits with their labels as the model's ids: a GLUE task's aligned with the model's label map (where its
-    order differs from GLUE's), custom files' encoded by it (an unknown label is an error naming its row)."""
+    """The splits with their labels as the model's ids: custom files' encoded by its label map (an unknown label is
+    an error naming its row), a GLUE task's aligned with it where its order differs from GLUE's."""
     if data_args.task_name is None:
-        files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
         task = dataclasses.replace(task, label_names=label_names and tuple(label_names))
-        return datasets.DatasetDict(
-            {split: glue.encode_task_labels(raw[split], task, files[split], split != "test") for split in raw}
-        )
+        return glue.encode_files(raw, task, data_args.data_files())
     if label_names is None or list(label_names) == list(task.label_names):
         return raw
     label2id = {name: i for i, name in enumerate(label_names)}
@@ -105,15 +88,14 @@ def main(argv: list[str] | None = None) -> dict:
         (ModelArguments, DataTrainingArguments, TrainingArguments), argv
     )
     config, tokenizer = training.load_config(model_args), training.load_tokenizer(model_args)
-    task, raw, eval_splits, test_splits = load_task_data(data_args, training_args, model_args, config)
+    task, raw = load_task_data(data_args, training_args, model_args, config)
     source = data_args.train_file or data_args.validation_file or f"GLUE {task.name}"
     names = None if task.is_regression else training.choose_labels(config, task.label_names, model_args, source)
     training.set_labels(config, names)
     config.finetuning_task = data_args.task_name
     raw = label_data(raw, task, names, data_args)
     max_seq_length = training.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
-    model = training.load_model(AutoModelForSequenceClassification, model_args, config)
-    training.check_vocabulary(tokenizer, model)
+    model = training.load_model(AutoModelForSequenceClassification, model_args, config, tokenizer)
 
     def tokenize(examples):
         padding = "max_length" if data_args.pad_to_max_length else False
@@ -123,15 +105,11 @@ def main(argv: list[str] | None = None) -> dict:
     with training_args.main_process_first(desc="tokenizing"):
         encoded = raw.map(tokenize, batched=True, num_proc=data_args.preprocessing_num_workers, desc="Tokenizing")
 
-    def split(name: str, flag: str, max_samples: int | None) -> datasets.Dataset:
-        if name not in encoded:
-            raise ValueError(f"{flag} needs a {name} split; the data has {list(encoded)}.")
-        return training.select_samples(encoded[name], max_samples)
-
-    train_dataset = split("train", "--do_train", data_args.max_train_samples) if training_args.do_train else None
-    eval_datasets = {}
-    if training_args.do_eval:
-        eval_datasets = {name: split(name, "--do_eval", data_args.max_eval_samples) for name in eval_splits}
+    train_dataset, eval_datasets = None, {}
+    if training_args.do_train:
+        train_dataset = training.take_split(encoded, "train", "--do_train", data_args.max_train_samples)
+    for name in task.eval_splits if training_args.do_eval else ():
+        eval_datasets[name] = training.take_split(encoded, name, "--do_eval", data_args.max_eval_samples)
     trainer = Trainer(
         model=model,
         args=training_args,
@@ -152,14 +130,12 @@ def main(argv: list[str] | None = None) -> dict:
             metrics = {**trainer.evaluate(eval_dataset=eval_dataset), "eval_samples": len(eval_dataset)}
             all_metrics |= {f"{k}_mm": v for k, v in metrics.items()} if name.endswith("mismatched") else metrics
         training.record_metrics(trainer, "eval", all_metrics)
-    for name in test_splits if training_args.do_predict else ():
-        test_dataset = split(name, "--do_predict", data_args.max_predict_samples)
+    for name in task.test_splits if training_args.do_predict else ():
+        test_dataset = training.take_split(encoded, name, "--do_predict", data_args.max_predict_samples)
         logits = trainer.predict(test_dataset.remove_columns("label"), metric_key_prefix="predict").predictions
         predictions = np.squeeze(logits) if task.is_regression else np.argmax(logits, axis=1)
-        path = os.path.join(
-            training_args.output_dir,
-            f"predict_results_{data_args.task_name or 'custom'}{'-mm' if name.endswith('mismatched') else ''}.txt",
-        )
+        suffix = "-mm" if name.endswith("mismatched") else ""
+        path = os.path.join(training_args.output_dir, f"predict_results_{data_args.task_name or 'custom'}{suffix}.txt")
         if trainer.is_world_process_zero():
             glue.write_predictions(path, predictions, names)
             logger.info(f"Wrote the {name} predictions to {path}")

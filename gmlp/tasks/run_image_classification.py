@@ -3,9 +3,6 @@ examples/pytorch/image-classification/run_image_classification.py.
 
 Data: `--dataset_name sklearn-digits` (the default: scikit-learn's handwritten digits, offline), a Hub image
 dataset, or local folders of class folders (`--dataset_name imagefolder --train_dir ... --validation_dir ...`).
-
-    python run_image_classification.py --config_name gmlp-tiny --output_dir gmlp-tiny-digits \
-        --do_train --do_eval --num_train_epochs 30 --learning_rate 2e-3 --per_device_train_batch_size 64
 """
 
 import logging
@@ -13,19 +10,15 @@ import os
 from dataclasses import dataclass
 
 import datasets
-from transformers import (
-    AutoImageProcessor,
-    AutoModelForImageClassification,
-    Trainer,
-    TrainingArguments,
-    default_data_collator,
-)
+from transformers import AutoImageProcessor, AutoModelForImageClassification, Trainer, TrainingArguments
+from transformers.data.data_collator import default_data_collator
 from transformers.hf_argparser import HfArg
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
 from gmlp.configuration_gmlp import VISION_PRESETS, GMLPVisionConfig
 from gmlp.tasks import image_classification as images
 from gmlp.tasks import model_card, training
+from gmlp.tasks.training import ModelArguments
 
 logger = logging.getLogger(__name__)
 
@@ -45,46 +38,44 @@ class DataTrainingArguments:
     max_predict_samples: int | None = HfArg(default=None, help="Keep only this many test images.")
 
 
-def load_image_data(data_args: DataTrainingArguments, training_args, cache_dir: str | None) -> datasets.DatasetDict:
-    """The splits the run needs: `train` and `validation` (a dataset without a validation split gets 15% of train
-    held out) and `test` (--test_dir, or a dataset's own)."""
+def load_image_data(data_args: DataTrainingArguments, training_args, model_args) -> datasets.DatasetDict:
+    """The splits: `train` and `validation` (a dataset without a validation split gets 15% of train held out) and
+    `test` (--test_dir, or a dataset's own)."""
     raw = datasets.DatasetDict()
     if data_args.dataset_name == images.DIGITS:
         if training_args.do_train or training_args.do_eval:
             raw = images.load_digits_dataset(seed=training_args.seed)
     elif data_args.dataset_name != "imagefolder":
-        raw = datasets.load_dataset(data_args.dataset_name, cache_dir=cache_dir)
-    for split, path in (("train", data_args.train_dir), ("validation", data_args.validation_dir)):
-        if path is not None:
-            raw[split] = images.image_folder(path, split, cache_dir)
+        raw = training.load_hub_dataset(data_args, model_args)
+    folders = {"train": data_args.train_dir, "validation": data_args.validation_dir, "test": data_args.test_dir}
+    raw |= {split: images.image_folder(path, split, model_args.cache_dir) for split, path in folders.items() if path}
     if "validation" not in raw and "train" in raw:
         held_out = raw["train"].train_test_split(test_size=0.15, seed=training_args.seed)
         raw["train"], raw["validation"] = held_out["train"], held_out["test"]
-    if data_args.test_dir is not None:
-        raw["test"] = images.image_folder(data_args.test_dir, "test", cache_dir)
-    for split, flag in (("train", "do_train"), ("validation", "do_eval"), ("test", "do_predict")):
-        if getattr(training_args, flag) and split not in raw:
-            raise ValueError(
-                f"--{flag} needs {split} images: --{split}_dir (a folder of images) or a dataset with a {split} split; "
-                f"the data has {list(raw) or 'none'}."
-            )
-        if split in raw:
-            columns = [data_args.image_column_name] + ([data_args.label_column_name] if split != "test" else [])
-            hint = "Pass --image_column_name / --label_column_name."
-            training.require_columns(raw[split], columns, f"The {split} data", hint=hint)
+    for split, dataset in raw.items():
+        columns = [data_args.image_column_name] + ([data_args.label_column_name] if split != "test" else [])
+        hint = "Pass --image_column_name / --label_column_name."
+        training.require_columns(dataset, columns, f"The {split} data", hint=hint)
     return raw
 
 
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = training.parse_arguments(
-        (images.VisionModelArguments, DataTrainingArguments, TrainingArguments), argv
+        (ModelArguments, DataTrainingArguments, TrainingArguments), argv
     )
     # The image column is only turned into pixel_values by the on-the-fly transform, so the Trainer must not drop it.
     training_args.remove_unused_columns = False
-    raw = load_image_data(data_args, training_args, model_args.cache_dir)
+    raw = load_image_data(data_args, training_args, model_args)
     config = training.load_config(model_args, GMLPVisionConfig, VISION_PRESETS)
     label_names = images.label_images(raw, data_args.label_column_name, config, model_args)
     training.set_labels(config, label_names)
+    splits = {}
+    if training_args.do_train:
+        splits["train"] = training.take_split(raw, "train", "--do_train", data_args.max_train_samples)
+    if training_args.do_eval:
+        splits["validation"] = training.take_split(raw, "validation", "--do_eval", data_args.max_eval_samples)
+    if training_args.do_predict:
+        splits["test"] = training.take_split(raw, "test", "--do_predict", data_args.max_predict_samples)
     if model_args.model_name_or_path:
         name, load = model_args.model_name_or_path, AutoImageProcessor.from_pretrained
         image_processor = training.from_name(load, name, "--model_name_or_path", **model_args.hub_kwargs())
@@ -92,15 +83,18 @@ def main(argv: list[str] | None = None) -> dict:
         image_processor = images.image_processor_for(config)
     model = training.load_model(AutoModelForImageClassification, model_args, config)
 
-    transform = images.image_transform(image_processor, data_args.image_column_name, data_args.label_column_name)
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
-    limits["test"] = data_args.max_predict_samples
-    splits = {split: training.select_samples(raw[split], limits[split]) for split in limits if split in raw}
+    def transform(batch):  # a batch of images as the model's pixel_values (and labels), when it is read
+        pictures = [image.convert("RGB") for image in batch[data_args.image_column_name]]
+        prepared = {"pixel_values": image_processor(pictures, return_tensors="pt")["pixel_values"]}
+        labels = batch.get(data_args.label_column_name)
+        return prepared if labels is None else prepared | {"labels": labels}
+
+    inputs = {split: dataset.with_transform(transform) for split, dataset in splits.items()}
     trainer = Trainer(
         model=model,
         args=training_args,
-        train_dataset=splits["train"].with_transform(transform) if training_args.do_train else None,
-        eval_dataset=splits["validation"].with_transform(transform) if training_args.do_eval else None,
+        train_dataset=inputs.get("train"),
+        eval_dataset=inputs.get("validation"),
         processing_class=image_processor,
         data_collator=training.CheckedCollator(default_data_collator, labels=config.num_labels),
         compute_metrics=images.compute_accuracy,
@@ -112,18 +106,16 @@ def main(argv: list[str] | None = None) -> dict:
         metrics = {**trainer.evaluate(), "eval_samples": len(splits["validation"])}
         training.record_metrics(trainer, "eval", metrics)
     if training_args.do_predict:
-        output = trainer.predict(splits["test"].with_transform(transform), metric_key_prefix="predict")
+        output = trainer.predict(inputs["test"], metric_key_prefix="predict")
         training.record_metrics(trainer, "predict", {**output.metrics, "predict_samples": len(splits["test"])})
         logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
         path = os.path.join(training_args.output_dir, "predict_results.txt")
         if trainer.is_world_process_zero():
-            images.write_image_predictions(
-                path, splits["test"], data_args.image_column_name, logits.argmax(1), label_names
-            )
+            column, predictions = data_args.image_column_name, logits.argmax(1)
+            images.write_image_predictions(path, splits["test"], column, predictions, label_names)
             logger.info(f"Wrote the test images' predicted labels to {path}")
-    model_card.publish(
-        trainer, model_args.model_name_or_path, task="image-classification", dataset=data_args.dataset_name
-    )
+    dataset = data_args.dataset_name
+    model_card.publish(trainer, model_args.model_name_or_path, task="image-classification", dataset=dataset)
     return metrics
 
 

@@ -6,12 +6,13 @@ prediction. Follows Transformers' examples/pytorch/language-modeling/run_mlm.py.
 """
 
 import logging
+import math
 import shlex
 import sys
 from dataclasses import dataclass
 
 import datasets
-from transformers import AutoModelForMaskedLM, Trainer, TrainingArguments
+from transformers import AutoModelForMaskedLM, AutoTokenizer, Trainer, TrainingArguments, pipeline
 from transformers.hf_argparser import HfArg
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
@@ -37,8 +38,6 @@ NO_PREDICT = (
 class DataTrainingArguments(training.TextDataArguments):
     """What to train and evaluate on."""
 
-    dataset_name: str | None = HfArg(default=None, help="A Hub dataset, e.g. Salesforce/wikitext.")
-    dataset_config_name: str | None = HfArg(default=None, help="Its configuration, e.g. wikitext-2-raw-v1.")
     train_file: str | None = HfArg(default=None, help="Text: .txt, .csv, .json(l), .parquet (default: the package's).")
     validation_split_percentage: int = HfArg(default=5, help="Percent of train held out without a validation split.")
     line_by_line: bool = HfArg(default=False, help="One sequence per non-empty line, not blocks of max_seq_length.")
@@ -54,17 +53,16 @@ class DataTrainingArguments(training.TextDataArguments):
             self.train_file = mlm.DEFAULT_TRAIN_FILE
         if not 0 < self.mlm_probability < 1:
             raise ValueError(f"--mlm_probability must be between 0 and 1, got {self.mlm_probability}.")
+        if self.fill_mask_text is not None and self.fill_mask_text.count("[MASK]") != 1:
+            raise ValueError(f"--fill_mask_text must hold [MASK] once, got {self.fill_mask_text!r}.")
 
 
 def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArguments):
     """The train/validation text, from the Hub or local files; a validation split is held out if there is none."""
     if data_args.dataset_name is not None:
-        name, config_name = data_args.dataset_name, data_args.dataset_config_name
-        kwargs = {"cache_dir": model_args.cache_dir, "token": model_args.token, "streaming": data_args.streaming}
-        raw = datasets.load_dataset(name, config_name, **kwargs)
+        raw = training.load_hub_dataset(data_args, model_args, streaming=data_args.streaming)
     else:
-        files = {"train": data_args.train_file, "validation": data_args.validation_file}
-        raw = training.load_data_files(files, cache_dir=model_args.cache_dir, streaming=data_args.streaming)
+        raw = training.load_data_files(data_args.data_files(), model_args.cache_dir, data_args.streaming)
     if "validation" in raw or "train" not in raw or data_args.streaming:
         return raw
     split = raw["train"].train_test_split(test_size=data_args.validation_split_percentage / 100, shuffle=False)
@@ -76,10 +74,7 @@ def check_streaming(data_args: DataTrainingArguments, model_args: ModelArguments
     if training_args.do_train and training_args.max_steps <= 0:
         raise ValueError("--streaming needs --max_steps: a stream has no length to count epochs by.")
     if model_args.tokenizer_name is None and model_args.model_name_or_path is None:
-        raise ValueError(
-            "--streaming needs --tokenizer_name (or a --model_name_or_path with a tokenizer): a tokenizer is not "
-            "trained on a stream."
-        )
+        raise ValueError("--streaming needs a tokenizer (--tokenizer_name): none is trained on a stream.")
     if training_args.do_eval and data_args.dataset_name is None and data_args.validation_file is None:
         raise ValueError("--streaming with --do_eval needs --validation_file: no split is held out of a stream.")
     if data_args.whole_word_mask:
@@ -101,17 +96,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     config = training.load_config(model_args)
     tokenizer = training.load_tokenizer(model_args, required=False)
+    if tokenizer is None and training_args.resume_from_checkpoint:  # the one the run trained
+        tokenizer = AutoTokenizer.from_pretrained(training.resolve_checkpoint(training_args))
     raw_datasets = load_raw_datasets(data_args, model_args)
-    checkpoint = training.resolve_checkpoint(training_args)
-    if tokenizer is None and checkpoint is not None:
-        tokenizer = training.load_tokenizer(ModelArguments(tokenizer_name=checkpoint))
     if tokenizer is None:
-        if "train" not in raw_datasets:
-            raise ValueError(
-                "No tokenizer and no training data to train one on: pass --tokenizer_name or --train_file."
-            )
-        n = config.max_position_embeddings
-        tokenizer = mlm.train_or_load_tokenizer(raw_datasets["train"], config.vocab_size, n, training_args)
+        tokenizer = mlm.train_or_load_tokenizer(raw_datasets, config, training_args)
     max_seq_length = training.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
     if model_args.model_name_or_path is None and config.vocab_size != len(tokenizer):
         logger.warning(
@@ -126,41 +115,29 @@ def main(argv: list[str] | None = None) -> dict:
         )
         model.resize_token_embeddings(len(tokenizer))
 
-    sources = {}
+    sources = {}  # each split's file, named in errors
     if data_args.dataset_name is None:
-        held_out = f"The held-out part of {data_args.train_file}"
-        sources = {"train": f"The train file {data_args.train_file}", "validation": held_out}
-        sources |= (
-            {"validation": f"The validation file {data_args.validation_file}"} if data_args.validation_file else {}
-        )
+        sources = {"validation": f"The held-out part of {data_args.train_file}"}
+        sources |= {split: f"The {split} file {path}" for split, path in data_args.data_files().items()}
+    options = {"num_proc": data_args.preprocessing_num_workers, "whole_word_mask": data_args.whole_word_mask}
+    options |= {"sources": sources, "pad_to_max_length": data_args.pad_to_max_length}
     tokenized = mlm.tokenize_for_mlm(
-        raw_datasets,
-        tokenizer,
-        max_seq_length,
-        data_args.line_by_line,
-        training_args,
-        data_args.preprocessing_num_workers,
-        data_args.whole_word_mask,
-        sources=sources,
-        pad_to_max_length=data_args.pad_to_max_length,
+        raw_datasets, tokenizer, max_seq_length, data_args.line_by_line, training_args, **options
     )
     if data_args.whole_word_mask:
         # The collator needs the offset mapping to find words; the Trainer would drop it as an unused column.
         training_args.remove_unused_columns = False
     train_dataset = None
     if training_args.do_train:
-        train_dataset = training.select_samples(tokenized["train"], data_args.max_train_samples)
-    collator = mlm.MaskedLMCollator(
-        tokenizer,
-        mlm_probability=data_args.mlm_probability,
-        whole_word_mask=data_args.whole_word_mask,
-        sparse_prediction=data_args.sparse_prediction and model.config.model_type == "gmlp",
-    )
+        train_dataset = training.take_split(tokenized, "train", "--do_train", data_args.max_train_samples)
+    masking = {"mlm_probability": data_args.mlm_probability, "whole_word_mask": data_args.whole_word_mask}
+    sparse_prediction = data_args.sparse_prediction and model.config.model_type == "gmlp"
+    collator = mlm.MaskedLMCollator(tokenizer, sparse_prediction=sparse_prediction, **masking)
     eval_dataset = None
     if training_args.do_eval:
         # Evaluation goes over the same sequences every time: for a stream, its first ones, held in memory.
         max_eval_samples = data_args.max_eval_samples or (1000 if data_args.streaming else None)
-        eval_dataset = training.select_samples(tokenized["validation"], max_eval_samples)
+        eval_dataset = training.take_split(tokenized, "validation", "--do_eval", max_eval_samples)
         if data_args.streaming:
             eval_dataset = datasets.Dataset.from_list(list(eval_dataset))
         with training_args.main_process_first(desc="fixing the evaluation mask"):
@@ -183,19 +160,17 @@ def main(argv: list[str] | None = None) -> dict:
         training.train_and_save(trainer, num_train_samples, (model_args, data_args, training_args))
     if training_args.do_eval:
         metrics = trainer.evaluate()
-        metrics |= {"eval_samples": len(eval_dataset), "perplexity": mlm.perplexity(metrics["eval_loss"])}
+        perplexity = math.exp(metrics["eval_loss"]) if metrics["eval_loss"] < 700 else math.inf
+        metrics |= {"eval_samples": len(eval_dataset), "perplexity": perplexity}
         training.record_metrics(trainer, "eval", metrics)
     if data_args.fill_mask_text and trainer.is_world_process_zero():
         text = data_args.fill_mask_text.replace("[MASK]", tokenizer.mask_token)
+        fill_mask = pipeline("fill-mask", model=trainer.model, tokenizer=tokenizer, device=trainer.model.device)
         print(f"\nFill-mask: {text}")
-        for prediction in mlm.fill_mask(trainer.model, tokenizer, text):
+        for prediction in fill_mask(text, top_k=5):
             print(f"  {prediction['score']:.3f}  {prediction['token_str']}")
-    model_card.publish(
-        trainer,
-        model_args.model_name_or_path,
-        task="fill-mask",
-        dataset=data_args.dataset_name or data_args.train_file,
-    )
+    dataset = data_args.dataset_name or data_args.train_file
+    model_card.publish(trainer, model_args.model_name_or_path, task="fill-mask", dataset=dataset)
     return metrics
 
 

@@ -1,7 +1,5 @@
 """Fine-tune gMLP/aMLP for extractive question answering on SQuAD v1.1 or v2.0 (from the Hub or the official JSON
-files). Follows Transformers' examples/pytorch/question-answering/run_qa.py, with the stock Trainer: prediction gives
-start/end logits, `gmlp.tasks.squad` turns them into answers (predictions.json, nbest_predictions.json) and the
-packaged `squad` / `squad_v2` metric scores them (eval_exact_match, eval_f1)."""
+files). Follows Transformers' examples/pytorch/question-answering/run_qa.py."""
 
 import logging
 from dataclasses import dataclass
@@ -12,7 +10,6 @@ from transformers.hf_argparser import HfArg
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
 from gmlp.tasks import model_card, squad, training
-from gmlp.tasks.metrics import load_metric
 from gmlp.tasks.training import ModelArguments
 
 logger = logging.getLogger(__name__)
@@ -22,10 +19,6 @@ logger = logging.getLogger(__name__)
 class DataTrainingArguments(training.TextDataArguments):
     """What to train, evaluate and predict on, and how answers are extracted."""
 
-    dataset_name: str | None = HfArg(
-        default=None, help="A Hub dataset: rajpurkar/squad, or rajpurkar/squad_v2 (v2.0)."
-    )
-    dataset_config_name: str | None = HfArg(default=None, help="Its configuration, if any.")
     train_file: str | None = HfArg(default=None, help="SQuAD's JSON (train-v1.1.json), or jsonl/csv/parquet files.")
     test_file: str | None = HfArg(default=None, help="Questions for --do_predict; scored when they have answers.")
     max_predict_samples: int | None = HfArg(default=None, help="Keep only this many test questions.")
@@ -39,8 +32,7 @@ class DataTrainingArguments(training.TextDataArguments):
     def __post_init__(self):
         if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
             raise ValueError(
-                "Give --dataset_name (e.g. rajpurkar/squad) or --train_file / --validation_file / --test_file "
-                "(SQuAD JSON files)."
+                "Give --dataset_name (e.g. rajpurkar/squad) or --train_file / --validation_file / --test_file."
             )
 
 
@@ -53,94 +45,59 @@ def main(argv: list[str] | None = None) -> dict:
     if not tokenizer.is_fast:
         raise ValueError("run_squad.py needs a fast tokenizer (for offset mappings); pass one with --tokenizer_name.")
     if data_args.dataset_name is not None:
-        name, config_name = data_args.dataset_name, data_args.dataset_config_name
-        raw = datasets.load_dataset(name, config_name, cache_dir=model_args.cache_dir, token=model_args.token)
+        raw = training.load_hub_dataset(data_args, model_args)
     else:
-        files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
-        raw = squad.load_squad_files(files, cache_dir=model_args.cache_dir)
+        raw = squad.load_squad_files(data_args.data_files(), cache_dir=model_args.cache_dir)
     max_seq_length = training.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
-    if data_args.doc_stride is None:
+    if data_args.doc_stride is None:  # too large a stride is refused with the features (`squad.tokenize_windows`)
         data_args.doc_stride = min(128, max_seq_length // 4)
-    if data_args.doc_stride >= max_seq_length:
-        raise ValueError(
-            f"--doc_stride {data_args.doc_stride} must be smaller than --max_seq_length {max_seq_length} (the windows of "
-            f"a long context overlap by doc_stride tokens); e.g. --doc_stride {max_seq_length // 4}."
-        )
-    model = training.load_model(AutoModelForQuestionAnswering, model_args, config)
-    training.check_vocabulary(tokenizer, model)
+    model = training.load_model(AutoModelForQuestionAnswering, model_args, config, tokenizer)
     feature_kwargs = {"tokenizer": tokenizer, "max_seq_length": max_seq_length, "doc_stride": data_args.doc_stride}
     feature_kwargs["pad_to_max_length"] = data_args.pad_to_max_length
+    names = ("version_2_with_negative", "n_best_size", "max_answer_length", "null_score_diff_threshold")
+    answer_kwargs = {name: getattr(data_args, name) for name in names}
 
     def questions(split: str, flag: str, max_samples: int | None, needs_answers: bool = False):
-        if split not in raw:
-            raise ValueError(f"{flag} needs {split} data (--{split}_file or a Hub dataset); the data has {list(raw)}.")
-        examples = training.select_samples(raw[split], max_samples)
-        squad.check_squad_columns(examples, f"The {split} data", needs_answers=needs_answers)
+        examples = training.take_split(raw, split, flag, max_samples)
+        columns = ["id", "question", "context"] + (["answers"] if needs_answers else [])
+        training.require_columns(examples, columns, f"The {split} data", hint=f"SQuAD needs {columns}.")
         return examples
 
     def features(examples: datasets.Dataset, function, split: str) -> datasets.Dataset:
         with training_args.main_process_first(desc=f"{split} features"):
-            return examples.map(
-                function,
-                fn_kwargs=feature_kwargs,
-                batched=True,
-                remove_columns=examples.column_names,
-                num_proc=data_args.preprocessing_num_workers,
-                desc=f"{split} features",
-            )
+            kwargs = {"batched": True, "fn_kwargs": feature_kwargs, "num_proc": data_args.preprocessing_num_workers}
+            return examples.map(function, remove_columns=examples.column_names, desc=f"{split} features", **kwargs)
 
     def answer(examples: datasets.Dataset, prefix: str) -> dict:
         """The answers to `examples`, written (`predictions.json`, ...; `<prefix>_predictions.json` but for eval)
         and scored when the questions have answers; the metrics."""
         eval_features = features(examples, squad.prepare_validation_features, prefix)
-        output = trainer.predict(
-            eval_features.remove_columns(["example_id", "offset_mapping"]), metric_key_prefix=prefix
-        )
+        inputs = eval_features.remove_columns(["example_id", "offset_mapping"])
+        output = trainer.predict(inputs, metric_key_prefix=prefix)
+        files = {"output_dir": training_args.output_dir if trainer.is_world_process_zero() else None}
+        files["prefix"] = None if prefix == "eval" else prefix
         answers = squad.postprocess_qa_predictions(
-            examples,
-            eval_features,
-            output.predictions,
-            version_2_with_negative=data_args.version_2_with_negative,
-            n_best_size=data_args.n_best_size,
-            max_answer_length=data_args.max_answer_length,
-            null_score_diff_threshold=data_args.null_score_diff_threshold,
-            output_dir=training_args.output_dir if trainer.is_world_process_zero() else None,
-            prefix=None if prefix == "eval" else prefix,
+            examples, eval_features, output.predictions, **files, **answer_kwargs
         )
         metrics = {**output.metrics, f"{prefix}_samples": len(examples)}
-        answered = (
-            [bool(answers["text"]) for answers in examples["answers"]] if "answers" in examples.column_names else []
-        )
-        if any(answered) and (data_args.version_2_with_negative or all(answered)):
-            v2 = data_args.version_2_with_negative
-            predictions = [
-                {"id": qid, "prediction_text": text, **({"no_answer_probability": 0.0} if v2 else {})}
-                for qid, text in answers.items()
-            ]
-            references = [{"id": example["id"], "answers": example["answers"]} for example in examples]
-            scores = load_metric("squad_v2" if v2 else "squad").compute(predictions=predictions, references=references)
-            metrics |= {f"{prefix}_{key}": value for key, value in scores.items()}
-        else:
-            logger.info(f"The {prefix} questions have no answers to score the predictions against.")
+        scores = squad.score_answers(answers, examples, data_args.version_2_with_negative)
+        metrics |= {f"{prefix}_{key}": value for key, value in scores.items()}
         training.record_metrics(trainer, prefix, metrics)
         return metrics
 
     train_dataset = None
     if training_args.do_train:
-        train_examples = squad.check_training_answers(
-            questions("train", "--do_train", data_args.max_train_samples, needs_answers=True),
-            data_args.train_file or data_args.dataset_name,
-            data_args.version_2_with_negative,
-            skip=data_args.skip_invalid_answers,
-        )
+        train_examples = questions("train", "--do_train", data_args.max_train_samples, needs_answers=True)
+        source = data_args.train_file or data_args.dataset_name
+        skip = data_args.skip_invalid_answers
+        train_examples = squad.check_training_answers(train_examples, source, data_args.version_2_with_negative, skip)
         train_dataset = features(train_examples, squad.prepare_train_features, "train")
     # Checked before training, so that a missing split does not stop the run after it.
-    eval_examples = (
-        questions("validation", "--do_eval", data_args.max_eval_samples, True) if training_args.do_eval else None
-    )
-    test_examples = (
-        questions("test", "--do_predict", data_args.max_predict_samples) if training_args.do_predict else None
-    )
+    eval_examples = test_examples = None
+    if training_args.do_eval:
+        eval_examples = questions("validation", "--do_eval", data_args.max_eval_samples, needs_answers=True)
+    if training_args.do_predict:
+        test_examples = questions("test", "--do_predict", data_args.max_predict_samples)
     trainer = Trainer(
         model=model,
         args=training_args,

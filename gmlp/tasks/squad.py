@@ -1,8 +1,9 @@
-"""SQuAD for `run_squad.py`: reading the official JSON files, turning questions into features (long contexts split
-with a stride), and turning start/end logits back into answer texts, as Transformers' examples/pytorch/
-question-answering (run_qa.py and utils_qa.py) do."""
+"""SQuAD for `run_squad.py`: the official JSON files, questions as features (long contexts split with a stride),
+start/end logits back into answers, and their scores, as Transformers' examples/pytorch/question-answering do."""
 
 import collections
+import contextlib
+import itertools
 import json
 import logging
 import os
@@ -11,14 +12,11 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from .training import check_text_file, load_data_files, require_columns
+from .metrics import ANSWERS, load_metric
+from .training import check_text_file, load_data_files
 
 logger = logging.getLogger(__name__)
 
-ANSWERS = {
-    "text": datasets.Sequence(datasets.Value("string")),
-    "answer_start": datasets.Sequence(datasets.Value("int32")),
-}
 SQUAD_FEATURES = datasets.Features(
     {**dict.fromkeys(["id", "title", "context", "question"], datasets.Value("string")), "answers": ANSWERS}
 )
@@ -26,60 +24,41 @@ SQUAD_FEATURES = datasets.Features(
 
 def load_squad_json(path: str, document=None) -> datasets.Dataset:
     """The questions of an official SQuAD v1.1 / v2.0 JSON file (or of its parsed `document`), one row each, with
-    the Hub's `squad` columns; unanswerable v2.0 questions (`is_impossible`), and questions without answers, get
-    empty answers."""
+    the Hub's `squad` columns; unanswerable (`is_impossible`) and unanswered questions get empty answers."""
     if document is None:
         check_text_file(path, "The SQuAD file")
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
-        raise ValueError(  # noqa: TRY004 (a file's content, not an argument's type)
-            f'{path} is not in SQuAD\'s format: expected {{"data": [{{"title", "paragraphs": [{{"context", '
-            '"qas": [...]}]}]}]}.'
-        )
+        expected = '{"data": [{"title", "paragraphs": [{"context", "qas": [...]}]}]}'
+        raise ValueError(f"{path} is not in SQuAD's format: expected {expected}.")  # noqa: TRY004 (the file's content)
     rows = []
     for article in document["data"]:
         for paragraph in article["paragraphs"]:
             for qa in paragraph["qas"]:
                 answers = [] if qa.get("is_impossible", False) else qa.get("answers", [])
-                rows.append(
-                    {
-                        "id": qa["id"],
-                        "title": article.get("title", ""),
-                        "context": paragraph["context"],
-                        "question": qa["question"],
-                        "answers": {key: [answer[key] for answer in answers] for key in ("text", "answer_start")},
-                    }
-                )
+                answers = {key: [answer[key] for answer in answers] for key in ("text", "answer_start")}
+                row = {"id": qa["id"], "title": article.get("title", ""), "context": paragraph["context"]}
+                rows.append({**row, "question": qa["question"], "answers": answers})
     return datasets.Dataset.from_list(rows, features=SQUAD_FEATURES)
 
 
-def load_squad_files(data_files: dict[str, str | None], cache_dir: str | None = None) -> datasets.DatasetDict:
+def load_squad_files(data_files: dict[str, str], cache_dir: str | None = None) -> datasets.DatasetDict:
     """SQuAD splits from local files: SQuAD's official JSON, or files with the Hub's columns that `load_data_files`
     reads."""
     splits = {}
     for split, path in data_files.items():
-        if path is None:
-            continue
         if not os.path.isfile(path):
             raise FileNotFoundError(f"SQuAD file {path!r} does not exist; check the --{split}_file path.")
         document = None
         if path.lower().endswith(".json"):
             check_text_file(path, "The SQuAD file")
-            try:
+            with contextlib.suppress(json.JSONDecodeError):  # JSON lines, read below
                 document = json.loads(Path(path).read_text(encoding="utf-8"))
-            except json.JSONDecodeError:
-                pass  # JSON lines, read below
         if isinstance(document, dict):
             splits[split] = load_squad_json(path, document)
         else:
             splits[split] = load_data_files({split: path}, cache_dir=cache_dir)[split]
     return datasets.DatasetDict(splits)
-
-
-def check_squad_columns(dataset, source: str, needs_answers: bool) -> None:
-    """An error naming the SQuAD columns (`id`, `question`, `context`, `answers`) that `dataset` lacks."""
-    columns = ["id", "question", "context"] + (["answers"] if needs_answers else [])
-    require_columns(dataset, columns, source, hint=f"SQuAD needs {columns}.")
 
 
 def check_training_answers(examples, source: str, version_2_with_negative: bool, skip: bool = False):
@@ -121,18 +100,13 @@ def tokenize_windows(examples, tokenizer, max_seq_length: int, doc_stride: int, 
         smaller_stride = f"a smaller --doc_stride (e.g. {window // 2}) or " if window > 1 else ""
         raise ValueError(
             f"A question of {longest} tokens leaves {window} context tokens per feature with --max_seq_length "
-            f"{max_seq_length}, not more than --doc_stride {doc_stride}. Use {smaller_stride}a larger --max_seq_length."
+            f"{max_seq_length}, not more than --doc_stride {doc_stride}: use {smaller_stride}a larger max_seq_length."
         )
-    tokenized = tokenizer(
-        questions if pad_on_right else examples["context"],
-        examples["context"] if pad_on_right else questions,
-        truncation="only_second" if pad_on_right else "only_first",
-        max_length=max_seq_length,
-        stride=doc_stride,
-        return_overflowing_tokens=True,
-        return_offsets_mapping=True,
-        padding="max_length" if pad_to_max_length else False,
-    )
+    texts = (questions, examples["context"]) if pad_on_right else (examples["context"], questions)
+    truncation = "only_second" if pad_on_right else "only_first"
+    padding = "max_length" if pad_to_max_length else False
+    windows = {"stride": doc_stride, "return_overflowing_tokens": True, "return_offsets_mapping": True}
+    tokenized = tokenizer(*texts, truncation=truncation, max_length=max_seq_length, padding=padding, **windows)
     return tokenized, 1 if pad_on_right else 0
 
 
@@ -172,10 +146,8 @@ def prepare_validation_features(
     sample_mapping = tokenized.pop("overflow_to_sample_mapping")
     tokenized["example_id"] = [examples["id"][sample] for sample in sample_mapping]
     for i, offsets in enumerate(tokenized["offset_mapping"]):
-        sequence_ids = tokenized.sequence_ids(i)
-        tokenized["offset_mapping"][i] = [
-            o if sequence_ids[k] == context_index else None for k, o in enumerate(offsets)
-        ]
+        in_context = [segment == context_index for segment in tokenized.sequence_ids(i)]
+        tokenized["offset_mapping"][i] = [offset if inside else None for offset, inside in zip(offsets, in_context)]
     return tokenized
 
 
@@ -195,36 +167,27 @@ def postprocess_qa_predictions(
     [CLS]) beats that span's by more than `null_score_diff_threshold`. With `output_dir`, also written there
     (`[prefix_]predictions.json` in SQuAD's official format, `nbest_predictions.json`, v2.0's `null_odds.json`)."""
     all_start_logits, all_end_logits = predictions
-    if len(all_start_logits) != len(features):
-        raise ValueError(f"Got {len(all_start_logits)} predictions for {len(features)} features.")
     features_per_example = collections.defaultdict(list)
     for i, example_id in enumerate(features["example_id"]):
         features_per_example[example_id].append(i)
     all_offsets = features["offset_mapping"]
     answers, all_nbest, null_odds = {}, {}, {}
     for example in examples:
-        min_null_score, candidates = None, []
-        for feature_index in features_per_example[example["id"]]:
+        indices, candidates = features_per_example[example["id"]], []
+        min_null_score = min(all_start_logits[i][0] + all_end_logits[i][0] for i in indices)  # start and end at [CLS]
+        for feature_index in indices:
             start_logits, end_logits = all_start_logits[feature_index], all_end_logits[feature_index]
             offsets = all_offsets[feature_index]
-            null_score = start_logits[0] + end_logits[0]
-            if min_null_score is None or null_score < min_null_score:
-                min_null_score = null_score
-            for start in np.argsort(start_logits)[-1 : -n_best_size - 1 : -1]:
-                for end in np.argsort(end_logits)[-1 : -n_best_size - 1 : -1]:
-                    # Spans outside the context (offset None, or past the features' padding) or too long are skipped.
-                    if start >= len(offsets) or end >= len(offsets) or offsets[start] is None or offsets[end] is None:
-                        continue
-                    if end < start or end - start + 1 > max_answer_length:
-                        continue
-                    candidates.append(
-                        {
-                            "text": example["context"][offsets[start][0] : offsets[end][1]],
-                            "score": float(start_logits[start] + end_logits[end]),
-                            "start_logit": float(start_logits[start]),
-                            "end_logit": float(end_logits[end]),
-                        }
-                    )
+            best = [np.argsort(logits)[-1 : -n_best_size - 1 : -1] for logits in (start_logits, end_logits)]
+            for start, end in itertools.product(*best):
+                # Spans outside the context (offset None, or past the features' padding) or too long are skipped.
+                inside = max(start, end) < len(offsets) and offsets[start] is not None and offsets[end] is not None
+                if not inside or not 0 <= end - start < max_answer_length:
+                    continue
+                text = example["context"][offsets[start][0] : offsets[end][1]]
+                score = float(start_logits[start] + end_logits[end])
+                logits = {"start_logit": float(start_logits[start]), "end_logit": float(end_logits[end])}
+                candidates.append({"text": text, "score": score, **logits})
         if version_2_with_negative:
             candidates.append({"text": "", "score": float(min_null_score), "start_logit": None, "end_logit": None})
         candidates = sorted(candidates, key=lambda candidate: candidate["score"], reverse=True)[:n_best_size]
@@ -248,7 +211,20 @@ def postprocess_qa_predictions(
         os.makedirs(output_dir, exist_ok=True)
         for name, content in files.items():
             path = os.path.join(output_dir, f"{prefix}_{name}" if prefix else name)
-            with open(path, "w", encoding="utf-8") as file:
-                json.dump(content, file, indent=4, ensure_ascii=False)
+            Path(path).write_text(json.dumps(content, indent=4, ensure_ascii=False), encoding="utf-8")
             logger.info(f"Wrote {path}")
     return answers
+
+
+def score_answers(answers: dict[str, str], examples, version_2_with_negative: bool) -> dict:
+    """The packaged `squad` (or `squad_v2`) scores of `answers` against the gold answers of `examples`; none when
+    there are none to score against (in SQuAD v1.1 every question needs one)."""
+    answered = [bool(gold["text"]) for gold in examples["answers"]] if "answers" in examples.column_names else []
+    if not any(answered) or not (version_2_with_negative or all(answered)):
+        logger.info("The questions have no answers to score the predictions against.")
+        return {}
+    no_answer = {"no_answer_probability": 0.0} if version_2_with_negative else {}
+    predictions = [{"id": qid, "prediction_text": text, **no_answer} for qid, text in answers.items()]
+    references = [{"id": example["id"], "answers": example["answers"]} for example in examples]
+    metric = load_metric("squad_v2" if version_2_with_negative else "squad")
+    return metric.compute(predictions=predictions, references=references)

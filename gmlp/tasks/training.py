@@ -1,6 +1,7 @@
 """What the scripts share around the stock `Trainer`: arguments, loading configs, tokenizers, models and local data
 files with clear errors, label maps, checkpoints and resuming, and the bookkeeping of results."""
 
+import csv
 import dataclasses
 import difflib
 import itertools
@@ -24,20 +25,14 @@ from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, TrainerCal
 from transformers.hf_argparser import HfArg
 from transformers.integrations import get_available_reporting_integrations
 
-from ..configuration_gmlp import PRESETS, GMLPConfig
+from ..configuration_gmlp import PRESETS, VISION_PRESETS, GMLPConfig
 from ..tokenization_gmlp import check_text_file
 
 logger = logging.getLogger(__name__)
 
-# File extension -> (`datasets` builder, its arguments); GLUE's sentences contain `"`, so TSV is read unquoted.
-DATA_FILE_BUILDERS = {
-    "txt": ("text", {}),
-    "csv": ("csv", {}),
-    "tsv": ("csv", {"delimiter": "\t", "quoting": 3}),
-    "json": ("json", {}),
-    "jsonl": ("json", {}),
-    "parquet": ("parquet", {}),
-}
+# File extension -> `datasets` builder. GLUE's sentences contain `"`, so TSV is read unquoted.
+DATA_FILE_BUILDERS = {"txt": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json", "parquet": "parquet"}
+TSV = {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
 
 
 @dataclass
@@ -46,20 +41,17 @@ class ModelArguments:
 
     model_name_or_path: str | None = HfArg(default=None, help="A checkpoint to start from (a directory or a Hub id).")
     config_name: str | None = HfArg(
-        default=None, help=f"A preset ({', '.join(PRESETS)}) or a config directory / Hub id, to train from scratch."
+        default=None,
+        help=f"A preset ({', '.join(PRESETS)}; for images {', '.join(VISION_PRESETS)}) or a config directory / Hub "
+        "id, to train from scratch.",
     )
-    config_overrides: str | None = HfArg(
-        default=None, help="Config fields to set, e.g. `num_hidden_layers=2,hidden_size=64`."
-    )
+    config_overrides: str | None = HfArg(default=None, help="Fields to set, e.g. num_hidden_layers=2,hidden_size=64.")
     tokenizer_name: str | None = HfArg(default=None, help="A tokenizer directory or Hub id, if not the model's.")
     cache_dir: str | None = HfArg(default=None, help="Where to cache Hub downloads.")
     model_revision: str = HfArg(default="main", help="Branch, tag or commit of a Hub model.")
     token: str | None = HfArg(default=None, help="Hub token for private models and datasets.")
     trust_remote_code: bool = HfArg(default=False, help="Allow code from the Hub (gMLP's is in this package).")
-    ignore_mismatched_sizes: bool = HfArg(
-        default=False,
-        help="Load a checkpoint whose head has another size than the task's: a new head, the data's labels.",
-    )
+    ignore_mismatched_sizes: bool = HfArg(default=False, help="A new head where the checkpoint's has another size.")
 
     def hub_kwargs(self) -> dict:
         """The keyword arguments every `from_pretrained` call takes from these options."""
@@ -71,6 +63,8 @@ class ModelArguments:
 class TextDataArguments:
     """The data options of the text scripts."""
 
+    dataset_name: str | None = HfArg(default=None, help="A Hub dataset, or a folder saved by save_to_disk.")
+    dataset_config_name: str | None = HfArg(default=None, help="Its configuration, if any.")
     train_file: str | None = HfArg(default=None, help="A local training file.")
     validation_file: str | None = HfArg(default=None, help="A local evaluation file, same format.")
     max_seq_length: int | None = HfArg(default=None, help="Tokens per sequence (longer ones are cut); at most n.")
@@ -79,21 +73,19 @@ class TextDataArguments:
     max_train_samples: int | None = HfArg(default=None, help="Keep only this many training examples.")
     max_eval_samples: int | None = HfArg(default=None, help="Keep only this many evaluation examples.")
 
+    def data_files(self) -> dict[str, str]:
+        """The local files given, by split (`test` where the script predicts)."""
+        files = {"train": self.train_file, "validation": self.validation_file}
+        files["test"] = getattr(self, "test_file", None)
+        return {split: path for split, path in files.items() if path}
+
 
 @dataclass
-class RunArguments:
-    """Options of the run that Transformers' `TrainingArguments` lacks."""
-
-    overwrite_output_dir: bool = HfArg(
-        default=False,
-        help="Start a fresh run in an --output_dir used before: its results (*_results.json) and checkpoints are "
-        "removed first. Without it such a directory is refused (unless --resume_from_checkpoint continues its run).",
-    )
-
-
 class AnyDeviceTrainingArguments(TrainingArguments):
-    """`TrainingArguments` that run `--bf16` on the CPU when there is no accelerator (Transformers refuses it there
-    unless `--use_cpu` is given too: "Your setup doesn't support bf16/gpu")."""
+    """`TrainingArguments` with `--overwrite_output_dir` (gone from Transformers 5), that run `--bf16` on the CPU when
+    there is no accelerator (Transformers refuses it there unless `--use_cpu` is given too)."""
+
+    overwrite_output_dir: bool = HfArg(default=False, help="Start afresh: remove --output_dir's results, checkpoints.")
 
     def __post_init__(self):
         bf16 = self.bf16 or self.bf16_full_eval
@@ -104,37 +96,31 @@ class AnyDeviceTrainingArguments(TrainingArguments):
 
 
 def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: str | None = None):
-    """The command line (or one `.json` file of arguments) parsed into `dataclass_types`, one of them
-    `TrainingArguments`; then the run checked before anything loads: that it has something to do (`no_predict`: why
-    the script refuses `--do_predict`), that `--report_to` is installed, that `--output_dir` holds no other run."""
+    """The command line (or one `.json` file of arguments) parsed into `dataclass_types`, then checked before anything
+    loads: something to do (`no_predict`: why the script refuses `--do_predict`), `--report_to` installed, and an
+    `--output_dir` that holds no other run."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
-        # Under torchrun without GPUs, Transformers runs data-parallel (gloo) only when told to use the CPU; otherwise
-        # every process would train alone.
+        # Under torchrun without GPUs, Transformers runs data-parallel (gloo) only when told to use the CPU.
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
     types = [AnyDeviceTrainingArguments if kind is TrainingArguments else kind for kind in dataclass_types]
-    parser = HfArgumentParser((*types, RunArguments))
+    parser = HfArgumentParser(types)
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) == 1 and argv[0].endswith(".json"):
-        *parsed, run_args = parser.parse_json_file(argv[0])
+        parsed = parser.parse_json_file(argv[0])
     else:
-        *parsed, run_args = parser.parse_args_into_dataclasses(args=argv)
+        parsed = parser.parse_args_into_dataclasses(args=argv)
     training_args = next(args for args in parsed if isinstance(args, TrainingArguments))
     setup_logging(training_args)
     transformers.set_seed(training_args.seed)
-    for flag, asked in (
-        ("--fsdp", training_args.fsdp_plugin_args is not None),
-        ("--deepspeed", training_args.deepspeed),
-    ):
-        if asked and training_args.device.type == "cpu":
+    for flag, asked in (("--fsdp", training_args.fsdp_plugin_args), ("--deepspeed", training_args.deepspeed)):
+        if asked is not None and training_args.device.type == "cpu":
             raise ValueError(
-                f"{flag} needs accelerators: Accelerate turns it on only for GPU (and similar) runs, and on the CPU the "
-                f"run would silently be plain data-parallel (DDP). Drop {flag} on the CPU (torchrun or accelerate "
-                "launch then run DDP over gloo), or run on GPUs."
+                f"{flag} needs accelerators: Accelerate turns it on only for GPU (and similar) runs, and on the CPU "
+                f"the run would silently be plain data-parallel (DDP). Drop {flag} on the CPU, or run on GPUs."
             )
-    if training_args.torch_compile:
-        # Padded to each batch's longest example, inputs change length at nearly every batch, and each new length
-        # recompiles the model (minutes per shape on a CPU).
-        for args in (args for args in parsed if getattr(args, "pad_to_max_length", True) is False):
+    for args in parsed:
+        if training_args.torch_compile and getattr(args, "pad_to_max_length", True) is False:
+            # Padded to its longest example, nearly every batch has a new length, which recompiles the model.
             logger.warning("--torch_compile: padding every example to --max_seq_length (--pad_to_max_length added).")
             args.pad_to_max_length = True
     if training_args.do_predict and no_predict:
@@ -149,8 +135,24 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: 
         )
     if training_args.process_index == 0:
         loads = [getattr(args, name, None) for args in parsed for name in ("model_name_or_path", "tokenizer_name")]
-        prepare_output_dir(training_args, run_args.overwrite_output_dir, [path for path in loads if path])
+        prepare_output_dir(training_args, [path for path in loads if path])
     return tuple(parsed)
+
+
+def setup_logging(training_args: TrainingArguments) -> None:
+    """Log to stdout at the Trainer's per-process level (info on the main process, warnings on the others)."""
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", handlers=[logging.StreamHandler(sys.stdout)]
+    )
+    level = training_args.get_process_log_level()
+    for name in ("gmlp", "__main__"):
+        logging.getLogger(name).setLevel(level)
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
+    transformers.utils.logging.enable_default_handler()
+    transformers.utils.logging.enable_explicit_format()
+    args = training_args
+    logger.warning(f"Process rank: {args.process_index}, device: {args.device}, world size: {args.world_size}")
 
 
 def checkpoint_folders(folder: Path) -> list[Path]:
@@ -159,14 +161,14 @@ def checkpoint_folders(folder: Path) -> list[Path]:
     return sorted((path for path in numbered if path.is_dir()), key=lambda path: int(path.name[11:]))
 
 
-def prepare_output_dir(training_args: TrainingArguments, overwrite: bool, loads: list[str] = ()) -> None:
-    """Make `--output_dir` hold nothing of another run: with `overwrite`, remove its results and checkpoints (but
-    none the run loads: `loads`); without, refuse them, unless the run resumes (it continues the run they belong to)."""
+def prepare_output_dir(training_args: AnyDeviceTrainingArguments, loads: list[str] = ()) -> None:
+    """Make `--output_dir` hold nothing of another run: with `--overwrite_output_dir`, remove its results and
+    checkpoints (but none the run `loads`); without, refuse them, unless the run resumes (it continues their run)."""
     output_dir = Path(training_args.output_dir)
     if not output_dir.is_dir() or training_args.resume_from_checkpoint is not None:
         return
     results, checkpoints = sorted(output_dir.glob("*_results.json")), checkpoint_folders(output_dir)
-    if overwrite and (results or checkpoints):
+    if training_args.overwrite_output_dir and (results or checkpoints):
         if loaded := [path for path in checkpoints if any(path.resolve() == Path(name).resolve() for name in loads)]:
             raise ValueError(
                 f"--overwrite_output_dir would remove {loaded[0]}, which this run loads; choose another --output_dir."
@@ -181,34 +183,15 @@ def prepare_output_dir(training_args: TrainingArguments, overwrite: bool, loads:
         )
     elif results:
         raise FileExistsError(
-            f"--output_dir {output_dir} holds the results of an earlier run ({', '.join(p.name for p in results)}); "
-            "this run's results would be mixed with them. Choose another --output_dir, or pass "
-            "--overwrite_output_dir to replace them."
+            f"--output_dir {output_dir} holds the results of an earlier run ({', '.join(p.name for p in results)}), "
+            "which this run's would be mixed with. Choose another --output_dir, or pass --overwrite_output_dir."
         )
     elif checkpoints and training_args.do_train:
         raise FileExistsError(
-            f"--output_dir {output_dir} holds the checkpoints of an earlier run ({checkpoints[-1].name} the newest); "
-            f"this run's checkpoints would be mixed with them. Pass --resume_from_checkpoint {output_dir} to continue "
-            "that run, --overwrite_output_dir to start a fresh one (which removes them), or choose another --output_dir."
+            f"--output_dir {output_dir} holds the checkpoints of an earlier run ({checkpoints[-1].name} the newest). "
+            f"Pass --resume_from_checkpoint {output_dir} to continue it, --overwrite_output_dir to start afresh "
+            "(removing them), or choose another --output_dir."
         )
-
-
-def setup_logging(training_args: TrainingArguments) -> None:
-    """Log to stdout at the Trainer's per-process level (info on the main process, warnings on the others)."""
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    level = training_args.get_process_log_level()
-    for name in ("gmlp", "__main__"):
-        logging.getLogger(name).setLevel(level)
-    datasets.utils.logging.set_verbosity(level)
-    transformers.utils.logging.set_verbosity(level)
-    transformers.utils.logging.enable_default_handler()
-    transformers.utils.logging.enable_explicit_format()
-    args = training_args
-    logger.warning(f"Process rank: {args.process_index}, device: {args.device}, world size: {args.world_size}")
 
 
 def from_name(load, name: str, option: str, presets=(), **kwargs):
@@ -219,11 +202,8 @@ def from_name(load, name: str, option: str, presets=(), **kwargs):
     except OSError as error:
         if os.path.exists(name):
             raise
-        hub = (
-            "could not be reached to look it up"
-            if is_offline_mode() or "connect" in str(error)
-            else "has no such model"
-        )
+        offline = is_offline_mode() or "connect" in str(error)
+        hub = "could not be reached to look it up" if offline else "has no such model"
         near = difflib.get_close_matches(name, presets, n=1, cutoff=0.6)
         raise ValueError(
             f"{option} {name!r} is {'neither a preset nor' if presets else 'not'} a directory, and the Hub {hub} "
@@ -235,35 +215,21 @@ def from_name(load, name: str, option: str, presets=(), **kwargs):
 
 def load_config(model_args: ModelArguments, config_class=GMLPConfig, presets: dict = PRESETS):
     """The config: a preset of `config_class`, a directory / Hub id, or the checkpoint's; then `--config_overrides`."""
-    hub_kwargs = model_args.hub_kwargs()
+    name = model_args.config_name or model_args.model_name_or_path
+    if name is None:
+        raise ValueError("No model given: pass --model_name_or_path (a checkpoint) or --config_name (e.g. a preset).")
     if model_args.config_name in presets:
-        config = config_class.from_preset(model_args.config_name)
+        config = config_class.from_preset(name)
+    elif model_args.config_name is None and name in presets:
+        raise ValueError(f"--model_name_or_path {name} is a preset, not a checkpoint: pass it as --config_name.")
     elif model_args.config_name:
-        config = from_name(AutoConfig.from_pretrained, model_args.config_name, "--config_name", presets, **hub_kwargs)
-    elif model_args.model_name_or_path in presets:
-        raise ValueError(
-            f"--model_name_or_path {model_args.model_name_or_path} is a preset, not a checkpoint: pass it "
-            "as --config_name to train from scratch."
-        )
-    elif model_args.model_name_or_path:
-        config = from_name(
-            AutoConfig.from_pretrained, model_args.model_name_or_path, "--model_name_or_path", **hub_kwargs
-        )
+        config = from_name(AutoConfig.from_pretrained, name, "--config_name", presets, **model_args.hub_kwargs())
     else:
-        raise ValueError(
-            "No model given: pass --model_name_or_path (a checkpoint) or --config_name (a preset: "
-            f"{', '.join(presets)}, or a config directory / Hub id) to train from scratch."
-        )
-    if model_args.config_overrides:
-        apply_config_overrides(config, model_args.config_overrides)
-    return config
-
-
-def apply_config_overrides(config, overrides: str) -> None:
-    """Set `k=v,k=v` fields on `config` (values typed like the current ones) and validate the result."""
-    for item in overrides.split(","):
-        if "=" not in item:
-            raise ValueError(f"--config_overrides takes `key=value` pairs separated by commas, got {item!r}.")
+        config = from_name(AutoConfig.from_pretrained, name, "--model_name_or_path", **model_args.hub_kwargs())
+    if not (overrides := model_args.config_overrides):
+        return config
+    if not all("=" in item for item in overrides.split(",")):
+        raise ValueError(f"--config_overrides takes `key=value` pairs separated by commas, got {overrides!r}.")
     try:
         config.update_from_string(overrides)
         config.validate()
@@ -271,31 +237,38 @@ def apply_config_overrides(config, overrides: str) -> None:
         keys = f" Valid keys: {sorted(config.to_dict())}." if isinstance(error, ValueError) else ""
         raise ValueError(f"--config_overrides {overrides!r}: {error.__cause__ or error}.{keys}") from error
     logger.info(f"Config after --config_overrides: {config}")
+    return config
 
 
 def load_tokenizer(model_args: ModelArguments, required: bool = True):
-    """The tokenizer of `--tokenizer_name`, else of `--model_name_or_path`; None (or an error if `required`) if neither."""
+    """The tokenizer of `--tokenizer_name`, else of `--model_name_or_path`; else None (an error if `required`)."""
     name = model_args.tokenizer_name or model_args.model_name_or_path
     if name is None and required:
-        raise ValueError(
-            "No tokenizer: pass --tokenizer_name (a tokenizer directory or Hub id, e.g. one saved by "
-            "`python -m gmlp.tokenization_gmlp` or by run_mlm.py) or --model_name_or_path of a checkpoint that has one."
-        )
+        raise ValueError("No tokenizer: pass --tokenizer_name, or a --model_name_or_path that has one.")
     option = "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path"
     return name and from_name(AutoTokenizer.from_pretrained, name, option, **model_args.hub_kwargs())
 
 
-def load_model(auto_class, model_args: ModelArguments, config):
-    """`auto_class` (e.g. `AutoModelForMaskedLM`) from `--model_name_or_path`, or a new one from `config`."""
+def load_model(auto_class, model_args: ModelArguments, config, tokenizer=None):
+    """`auto_class` (e.g. `AutoModelForMaskedLM`) from `--model_name_or_path`, or a new one from `config`; an error
+    when `tokenizer` has more tokens than the model has embeddings (its ids past them have none)."""
     name = model_args.model_name_or_path
     if name is None:
         logger.info("Training a new model from scratch")
-        return auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
-    if os.path.isdir(name) and (problem := weights_problem(Path(name))):
+        model = auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
+    elif os.path.isdir(name) and (problem := weights_problem(Path(name))):
         raise ValueError(f"Cannot load --model_name_or_path {name}: {problem}.")
-    load = auto_class.from_pretrained
-    kwargs = {"config": config, "ignore_mismatched_sizes": model_args.ignore_mismatched_sizes}
-    return from_name(load, name, "--model_name_or_path", **kwargs, **model_args.hub_kwargs())
+    else:
+        kwargs = {"config": config, "ignore_mismatched_sizes": model_args.ignore_mismatched_sizes}
+        model = from_name(
+            auto_class.from_pretrained, name, "--model_name_or_path", **kwargs, **model_args.hub_kwargs()
+        )
+    if tokenizer is not None and len(tokenizer) > (size := model.get_input_embeddings().num_embeddings):
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {size} (vocab_size). Use the "
+            f"model's own tokenizer or, training from scratch, --config_overrides vocab_size={len(tokenizer)}."
+        )
+    return model
 
 
 def check_max_seq_length(max_seq_length: int | None, config, tokenizer) -> int:
@@ -306,23 +279,10 @@ def check_max_seq_length(max_seq_length: int | None, config, tokenizer) -> int:
     if max_seq_length > n:
         raise ValueError(
             f"--max_seq_length {max_seq_length} is larger than the model's spatial size n = max_position_embeddings "
-            f"= {n} (its spatial weights are n x n). Pass --max_seq_length {n} or less, or, when training from "
-            f"scratch, --config_overrides max_position_embeddings={max_seq_length}."
+            f"= {n} (its spatial weights are n x n). Pass at most {n}, or, training from scratch, --config_overrides "
+            f"max_position_embeddings={max_seq_length}."
         )
-    if max_seq_length < 1:
-        raise ValueError(f"--max_seq_length must be positive, got {max_seq_length}.")
     return max_seq_length
-
-
-def check_vocabulary(tokenizer, model) -> None:
-    """An error when `tokenizer` has more tokens than `model` has embeddings: its ids past them have none."""
-    size = model.get_input_embeddings().num_embeddings
-    if len(tokenizer) > size:
-        raise ValueError(
-            f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {size} (vocab_size): its ids "
-            f"from {size} on have no embedding. Use the model's own tokenizer (--tokenizer_name), or, training from "
-            f"scratch, --config_overrides vocab_size={len(tokenizer)}."
-        )
 
 
 def choose_labels(config, names: list[str], model_args: ModelArguments, source: str) -> list[str]:
@@ -345,8 +305,8 @@ def choose_labels(config, names: list[str], model_args: ModelArguments, source: 
         return list(names)
     raise ValueError(
         f"{source}: label(s) {', '.join(map(repr, unknown))} are not labels of the model "
-        f"{model_args.model_name_or_path} (its labels: {listed}). Use the model's labels, or pass "
-        "--ignore_mismatched_sizes to fine-tune a new classification head on the data's labels."
+        f"{model_args.model_name_or_path} (its labels: {listed}). Use them, or pass --ignore_mismatched_sizes to "
+        "fine-tune a new head on the data's."
     )
 
 
@@ -360,13 +320,12 @@ def set_labels(config, names: list[str] | None) -> None:
 
 
 class CheckedCollator:
-    """`collator`, then a check of each batch on the CPU, before it reaches the device: its `input_ids` below
-    `input_ids` (the vocabulary size) and its integer `labels` below `labels` (the number of classes, or the
-    vocabulary size for a language model), or -100. A bad id thus gives this clear error on every device (on an
-    accelerator an embedding or a loss fails with a device-side assert), at no per-step synchronisation."""
+    """`collator`, then a check of each batch on the CPU: its `input_ids` below `input_ids` (the vocabulary size) and
+    its integer `labels` below `labels` (the number of classes, or the vocabulary size), or -100. A bad id thus gives
+    this clear error on every device (an accelerator fails with a device-side assert), at no synchronisation."""
 
     ADVICE = {
-        "input_ids": "the tokenizer does not match the model's vocabulary (vocab_size); use the model's own tokenizer.",
+        "input_ids": "the tokenizer does not match the model's vocabulary (vocab_size); use the model's tokenizer.",
         "labels": "labels must be mapped to the model's label ids (num_labels).",
     }
 
@@ -388,20 +347,16 @@ class CheckedCollator:
 
 
 def load_data_files(data_files: dict, cache_dir: str | None = None, streaming: bool = False, **read_kwargs):
-    """A `DatasetDict` from local files, one per split (`{"train": path, ...}`; None entries are skipped), or with
-    `streaming` an `IterableDatasetDict` read as it goes. The format follows the extension (`DATA_FILE_BUILDERS`;
-    .txt gives one example per line, column "text"); all files must share one. `read_kwargs` go to the builder."""
-    data_files = {split: path for split, path in data_files.items() if path is not None}
+    """A `DatasetDict` (with `streaming`, read as it goes) from local files, `{split: path}`, all of one format, which
+    the extension names (`DATA_FILE_BUILDERS`; .txt gives a "text" column, a line each). `read_kwargs` go to it."""
     extensions = set()
     for split, path in data_files.items():
         if not os.path.isfile(path):
             raise FileNotFoundError(f"The {split} file {path!r} does not exist; check the --{split}_file path.")
         extension = path.rsplit(".", 1)[-1].lower()
         if extension not in DATA_FILE_BUILDERS:
-            raise ValueError(
-                f"The {split} file {path!r} has an unsupported extension {extension!r}; "
-                f"use one of {', '.join('.' + ext for ext in DATA_FILE_BUILDERS)}."
-            )
+            known = ", ".join(DATA_FILE_BUILDERS)
+            raise ValueError(f"The {split} file {path!r} has an unsupported extension {extension!r} (not {known}).")
         extensions.add(extension.replace("jsonl", "json"))
         if extension != "parquet":
             check_text_file(path, f"The {split} file")
@@ -411,25 +366,25 @@ def load_data_files(data_files: dict, cache_dir: str | None = None, streaming: b
                     raise ValueError(f"The {split} file {path} has no examples (only a header).")
     if len(extensions) > 1:
         raise ValueError(f"All data files must have the same format, got {sorted(extensions)}: {data_files}.")
-    builder, builder_kwargs = DATA_FILE_BUILDERS[extensions.pop()]
+    extension = extensions.pop()
+    builder = DATA_FILE_BUILDERS[extension]
+    kwargs = TSV if extension == "tsv" else {}
     try:
-        loaded = datasets.load_dataset(
-            builder, data_files=data_files, cache_dir=cache_dir, streaming=streaming, **builder_kwargs, **read_kwargs
+        return datasets.load_dataset(
+            builder, data_files=data_files, cache_dir=cache_dir, streaming=streaming, **kwargs, **read_kwargs
         )
     except Exception as error:  # datasets raises many types (ArrowInvalid, DatasetGenerationError, ...) for bad files
         raise ValueError(f"Could not read {', '.join(data_files.values())} as {builder}: {error}") from error
-    for split, dataset in loaded.items():
-        if not streaming and len(dataset) == 0:
-            raise ValueError(f"The {split} file {data_files[split]} has no examples (only a header, or blank lines).")
-    return loaded
 
 
-def load_dataset_or_saved(name: str, config_name: str | None = None, **kwargs) -> datasets.DatasetDict:
-    """`datasets.load_dataset(name, config_name)`, or, for a folder written by `save_to_disk`, that folder (whose
-    splits are used as they are; `config_name` then only names the task)."""
+def load_hub_dataset(data_args, model_args: ModelArguments, config_name: str | None = None, **kwargs):
+    """`--dataset_name` from the Hub, in the configuration `config_name` (else `--dataset_config_name`), or a folder
+    written by `save_to_disk`, whose splits are used as they are. `kwargs` go to `datasets.load_dataset`."""
+    name = data_args.dataset_name
     if os.path.isfile(os.path.join(name, "dataset_dict.json")):
         return datasets.load_from_disk(name)
-    return datasets.load_dataset(name, config_name, **kwargs)
+    config_name = config_name or getattr(data_args, "dataset_config_name", None)
+    return datasets.load_dataset(name, config_name, cache_dir=model_args.cache_dir, token=model_args.token, **kwargs)
 
 
 def require_columns(dataset, columns, source: str, hint: str = "Rename the columns in the file.") -> None:
@@ -439,13 +394,15 @@ def require_columns(dataset, columns, source: str, hint: str = "Rename the colum
         raise ValueError(f"{source} has no column(s) {missing} (its columns: {dataset.column_names}). {hint}")
 
 
-def select_samples(dataset, max_samples: int | None):
-    """The first `max_samples` examples of `dataset` (all when None), as a stream for a streamed dataset."""
+def take_split(data, split: str, flag: str, max_samples: int | None = None):
+    """The first `max_samples` examples of `data[split]` (all when None); an error without it (`flag` needs it)."""
+    if split not in data:
+        raise ValueError(f"{flag} needs {split} data; the data has {list(data) or 'none'}.")
     if max_samples is None:
-        return dataset
-    if isinstance(dataset, datasets.IterableDataset):
-        return dataset.take(max_samples)
-    return dataset.select(range(min(max_samples, len(dataset))))
+        return data[split]
+    if isinstance(data[split], datasets.IterableDataset):
+        return data[split].take(max_samples)
+    return data[split].select(range(min(max_samples, len(data[split]))))
 
 
 def weights_problem(folder: Path) -> str | None:
@@ -459,53 +416,46 @@ def weights_problem(folder: Path) -> str | None:
             try:
                 with safe_open(str(path), framework="pt") as weights:
                     weights.keys()
-            except Exception as error:  # noqa: BLE001 (safetensors raises its own types for a bad header or a short file)
+            except Exception as error:  # noqa: BLE001 (safetensors has its own types for a bad header or a short file)
                 return f"{path} is truncated or corrupt ({error})"
     return None
 
 
 def checkpoint_problem(folder: Path) -> str | None:
-    """Why the Trainer checkpoint `folder` cannot be resumed from (a file missing, unreadable or truncated), or None."""
+    """Why the Trainer checkpoint `folder` cannot be resumed from (a file missing, unreadable, cut short), or None."""
     if problem := weights_problem(folder):
         return problem
-    for name in ("trainer_state.json", "optimizer.pt", "scheduler.pt"):
-        if not (folder / name).is_file() or (folder / name).stat().st_size == 0:
-            return f"{folder / name} is missing or empty"
+    for path in (folder / "trainer_state.json", folder / "optimizer.pt", folder / "scheduler.pt"):
+        if not path.is_file() or path.stat().st_size == 0:
+            return f"{path} is missing or empty"
+        # torch.save writes zip archives; a file cut short lacks the archive's closing directory.
+        if path.suffix == ".pt" and not zipfile.is_zipfile(path):
+            return f"{path} is truncated or corrupt"
     try:
         json.loads((folder / "trainer_state.json").read_text())
-    except (OSError, ValueError) as error:
+    except ValueError as error:
         return f"{folder / 'trainer_state.json'} is not readable JSON ({error})"
-    for name in ("optimizer.pt", "scheduler.pt"):
-        # torch.save writes zip archives; a file cut short lacks the archive's closing directory.
-        if not zipfile.is_zipfile(folder / name):
-            return f"{folder / name} is truncated or corrupt"
     return None
 
 
 def resolve_checkpoint(training_args: TrainingArguments) -> str | None:
-    """The checkpoint to resume from: `--resume_from_checkpoint`, a checkpoint or a run directory holding
-    `checkpoint-*` folders, of which the newest complete one is taken (a run killed while saving leaves an incomplete
-    one behind); the ones skipped are logged with the reason."""
+    """`--resume_from_checkpoint`: a checkpoint, or of a run directory's `checkpoint-*` folders the newest complete one
+    (a run killed while saving leaves an incomplete one behind), logging why each newer one is skipped."""
     path = training_args.resume_from_checkpoint
     if path is None:
         return None
-    folder = Path(path)
-    if not folder.is_dir():
+    if not os.path.isdir(path):
         raise FileNotFoundError(f"--resume_from_checkpoint {path!r} is not a directory; pass a checkpoint-* folder.")
-    candidates = checkpoint_folders(folder)[::-1] or [folder]
     skipped = []
-    for checkpoint in candidates:
-        if (problem := checkpoint_problem(checkpoint)) is None:
-            for name, reason in skipped:
-                logger.warning(f"Skipping the incomplete checkpoint {name}: {reason}")
-            logger.warning(f"Resuming from {checkpoint}")
-            return str(checkpoint)
-        skipped.append((checkpoint.name, problem))
-    if candidates == [folder]:
-        raise ValueError(f"Cannot resume from --resume_from_checkpoint {path}: {skipped[0][1]}.")
-    raise ValueError(
-        f"No complete checkpoint to resume from in {path} ({'; '.join(f'{n}: {r}' for n, r in skipped)})."
-    )
+    for checkpoint in checkpoint_folders(Path(path))[::-1] or [Path(path)]:
+        if problem := checkpoint_problem(checkpoint):
+            skipped.append(f"{checkpoint.name}: {problem}")
+            continue
+        for reason in skipped:
+            logger.warning(f"Skipping the incomplete checkpoint {reason}")
+        logger.warning(f"Resuming from {checkpoint}")
+        return str(checkpoint)
+    raise ValueError(f"No complete checkpoint to resume from in {path}: {'; '.join(skipped)}.")
 
 
 # Settings that may change when a run is resumed without changing what it trains: where and how often it reports,
@@ -523,9 +473,8 @@ class RunSettings(TrainerCallback):
         values = {}
         for args in arguments:
             values |= args.to_dict() if isinstance(args, TrainingArguments) else dataclasses.asdict(args)
-        self.settings = json.loads(
-            json.dumps({k: v for k, v in values.items() if not BOOKKEEPING.search(k)}, default=str)
-        )
+        settings = {key: value for key, value in values.items() if not BOOKKEEPING.search(key)}
+        self.settings = json.loads(json.dumps(settings, default=str))
 
     def on_save(self, args, state, control, **kwargs):
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
@@ -539,11 +488,8 @@ class RunSettings(TrainerCallback):
             logger.warning(f"{checkpoint} does not say which settings wrote it (run_settings.json); not compared.")
             return
         saved, now = json.loads(path.read_text()), self.settings
-        changed = [
-            f"{k} {saved.get(k)!r} (this run: {now.get(k)!r})"
-            for k in sorted(saved | now)
-            if saved.get(k) != now.get(k)
-        ]
+        keys = [key for key in sorted(saved | now) if saved.get(key) != now.get(key)]
+        changed = [f"{key} {saved.get(key)!r} (this run: {now.get(key)!r})" for key in keys]
         if changed:
             logger.warning(
                 f"{checkpoint} was written by a run with other settings: {'; '.join(changed)}. The optimizer and "
@@ -552,14 +498,13 @@ class RunSettings(TrainerCallback):
 
 
 def train_and_save(trainer, num_train_samples: int | None, arguments) -> None:
-    """Train (resuming if asked), save the model and tokenizer, and log/save the train metrics and state.
-    `arguments` are the run's parsed argument dataclasses (see `RunSettings`)."""
+    """Train (resuming if asked), save the model, and log and save the train metrics and state; `arguments` are the
+    run's argument dataclasses (see `RunSettings`)."""
     settings = RunSettings(arguments)
     trainer.add_callback(settings)
     if checkpoint := resolve_checkpoint(trainer.args):
         settings.compare(checkpoint)
     metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
-    logger.info(f"Trained as {type(trainer.model_wrapped).__name__} in {trainer.args.world_size} process(es)")
     trainer.save_model()
     if num_train_samples is not None:  # unknown for a streamed dataset
         metrics["train_samples"] = num_train_samples

@@ -1,17 +1,22 @@
-"""The Hub's `glue`, `squad` and `squad_v2` metrics, shipped to work offline: each an `evaluate` script in its folder
-here (`glue/glue.py`, ...) with the same names, inputs, outputs and numbers as on the Hub, over the scores below
-(SQuAD's follow the official evaluation scripts, https://rajpurkar.github.io/SQuAD-explorer/)."""
+"""The Hub's `glue`, `squad` and `squad_v2` metrics, offline: an `evaluate` script in each folder here, with the
+Hub's names, inputs, outputs and numbers, over the scores below (SQuAD's as its official evaluation scripts)."""
 
 import re
 import string
 from collections import Counter
 from pathlib import Path
 
+import datasets
 import evaluate
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
 METRIC_NAMES = ("glue", "squad", "squad_v2")
+# The inputs of the squad and squad_v2 metrics, as on the Hub (squad_v2's predictions add a no_answer_probability);
+# ANSWERS are also the Hub's SQuAD datasets' answers.
+SQUAD_PREDICTION = {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")}
+ANSWERS = datasets.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")})
+SQUAD_REFERENCE = {"id": datasets.Value("string"), "answers": ANSWERS}
 
 
 def metric_path(name: str) -> str:
@@ -63,10 +68,7 @@ def squad_scores(predictions: dict[str, str], references: list[dict]) -> dict:
     for reference in references:
         golds = reference["answers"]["text"]
         if not golds:
-            raise ValueError(
-                f"Question {reference['id']!r} has no gold answer. SQuAD v1.1 questions all have one; score "
-                "unanswerable questions with the squad_v2 metric."
-            )
+            raise ValueError(f"Question {reference['id']!r} has no gold answer: score SQuAD v2.0 with squad_v2.")
         if reference["id"] in predictions:
             scores = [exact_and_f1(predictions[reference["id"]], gold, False) for gold in golds]
             exact, f1 = exact + max(s[0] for s in scores), f1 + max(s[1] for s in scores)
@@ -86,32 +88,15 @@ def squad_v2_scores(predictions: dict[str, str], no_answer: dict[str, float], re
         golds = [text for text in reference["answers"]["text"] if normalize_answer(text)] or [""]
         scores = [exact_and_f1(predictions[reference["id"]], gold, True) for gold in golds]
         raw[reference["id"]] = (max(s[0] for s in scores), max(s[1] for s in scores))
+    answerable = [qid for qid in raw if has_answer[qid]]
+    groups = {"": list(raw), "HasAns_": answerable, "NoAns_": [qid for qid in raw if not has_answer[qid]]}
     result = {}
-    for kind, index in (("exact", 0), ("f1", 1)):
-        scores = {
-            qid: float(not has_answer[qid]) if no_answer[qid] > threshold else score[index]
-            for qid, score in raw.items()
-        }
-        for prefix, ids in (("", list(has_answer)), ("HasAns_", [q for q in has_answer if has_answer[q]])):
-            if ids:
-                result |= {
-                    f"{prefix}{kind}": 100.0 * sum(scores[q] for q in ids) / len(ids),
-                    f"{prefix}total": len(ids),
-                }
-        if noans := [q for q in has_answer if not has_answer[q]]:
-            result |= {f"NoAns_{kind}": 100.0 * sum(scores[q] for q in noans) / len(noans), "NoAns_total": len(noans)}
-    order = [
-        "exact",
-        "f1",
-        "total",
-        "HasAns_exact",
-        "HasAns_f1",
-        "HasAns_total",
-        "NoAns_exact",
-        "NoAns_f1",
-        "NoAns_total",
-    ]
-    result = {key: result[key] for key in order if key in result}
+    for prefix, ids in groups.items():
+        for kind, index in (("exact", 0), ("f1", 1)) if ids else ():
+            # Above `threshold` a question abstains, which is right only where it has no answer.
+            scores = [float(not has_answer[qid]) if no_answer[qid] > threshold else raw[qid][index] for qid in ids]
+            result[f"{prefix}{kind}"] = 100.0 * sum(scores) / len(ids)
+        result |= {f"{prefix}total": len(ids)} if ids else {}
     for kind, index in (("exact", 0), ("f1", 1)):
         # Abstaining everywhere scores the unanswerable questions; then answer them by rising no-answer probability.
         current = best = sum(not answerable for answerable in has_answer.values())

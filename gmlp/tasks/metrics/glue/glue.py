@@ -7,8 +7,7 @@ from gmlp.tasks.metrics import GLUE_SCORES
 
 DESCRIPTION = """The metric of one GLUE task (https://gluebenchmark.com/), chosen by the configuration name: cola gives
 matthews_correlation; stsb pearson and spearmanr (of float scores); mrpc and qqp accuracy and f1 (label 1 positive);
-sst2, mnli, mnli_matched, mnli_mismatched, qnli, rte, wnli and hans accuracy. E.g.
-`evaluate.load("path/to/gmlp/tasks/metrics/glue", "mrpc").compute(predictions=[0, 1], references=[0, 1])`."""
+sst2, mnli, mnli_matched, mnli_mismatched, qnli, rte, wnli and hans accuracy."""
 
 
 class Glue(evaluate.Metric):

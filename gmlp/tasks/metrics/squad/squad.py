@@ -3,9 +3,7 @@
 import datasets
 import evaluate
 
-from gmlp.tasks.metrics import squad_scores
-
-ANSWERS = datasets.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")})
+from gmlp.tasks.metrics import SQUAD_PREDICTION, SQUAD_REFERENCE, squad_scores
 
 
 class Squad(evaluate.Metric):
@@ -17,12 +15,7 @@ class Squad(evaluate.Metric):
             citation="Rajpurkar et al., SQuAD: 100,000+ Questions for Machine Comprehension of Text, EMNLP 2016.",
             inputs_description="predictions: [{'id', 'prediction_text'}]; references: [{'id', 'answers': "
             "{'text': [...], 'answer_start': [...]}}]. Returns exact_match and f1, in percent.",
-            features=datasets.Features(
-                {
-                    "predictions": {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")},
-                    "references": {"id": datasets.Value("string"), "answers": ANSWERS},
-                }
-            ),
+            features=datasets.Features({"predictions": SQUAD_PREDICTION, "references": SQUAD_REFERENCE}),
         )
 
     def _compute(self, predictions, references):

@@ -3,14 +3,14 @@
 import datasets
 import evaluate
 
-from gmlp.tasks.metrics import squad_v2_scores
+from gmlp.tasks.metrics import SQUAD_PREDICTION, SQUAD_REFERENCE, squad_v2_scores
 
 
 class SquadV2(evaluate.Metric):
     """SQuAD v2.0's exact match and F1 with the HasAns/NoAns breakdown and the best no-answer thresholds."""
 
     def _info(self):
-        answers = datasets.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")})
+        predictions = {**SQUAD_PREDICTION, "no_answer_probability": datasets.Value("float32")}
         return evaluate.MetricInfo(
             description="The official scores of SQuAD v2.0 (https://rajpurkar.github.io/SQuAD-explorer/), with the "
             "best-threshold scores always reported.",
@@ -18,16 +18,7 @@ class SquadV2(evaluate.Metric):
             inputs_description="predictions: [{'id', 'prediction_text' ('' for no answer), 'no_answer_probability'}]; "
             "references: [{'id', 'answers': {'text': [...], 'answer_start': [...]}}], empty for no answer; "
             "no_answer_threshold (1.0): above it a question counts as abstaining.",
-            features=datasets.Features(
-                {
-                    "predictions": {
-                        "id": datasets.Value("string"),
-                        "prediction_text": datasets.Value("string"),
-                        "no_answer_probability": datasets.Value("float32"),
-                    },
-                    "references": {"id": datasets.Value("string"), "answers": answers},
-                }
-            ),
+            features=datasets.Features({"predictions": predictions, "references": SQUAD_REFERENCE}),
         )
 
     def _compute(self, predictions, references, no_answer_threshold=1.0):
