@@ -41,7 +41,7 @@ def parse_args(argv=None):
     case = kinds.add_parser("case", help="three training steps of a case of the MLM training table")
     case.add_argument("name")
     long = kinds.add_parser("encoder", help="two steps of an encoder, batch 1, n = the length")
-    long.add_argument("model", help="gmlp, amlp, 'BERT (sdpa)' or 'BERT (attention dropout 0.1)'")
+    long.add_argument("model", help="gmlp, amlp, 'BERT (sdpa)', or 'amlp' / 'BERT' with ' (attention dropout 0.1)'")
     long.add_argument("mode", choices=("training", "inference"))
     long.add_argument("length", type=int)
     return parser.parse_args(argv)

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import torch
 
+from ..baseline import label
 from ..common import interleaved, paired_ratio, table, times
 from .models import SMALL, encoder, in_precision
 
 # gMLP's Toeplitz W multiplied as a dense matrix (never the FFT), or always by FFT.
+OURS = ("gmlp", "amlp")  # at the baseline revision: the default spatial path, aMLP
 SPATIAL_PATHS = {
     "dense W": {"spatial_weight_type": "dense"},
     "Toeplitz direct": {"spatial_fft_min_length": 10**9},
@@ -34,9 +36,11 @@ def measure_lengths(
     shape: dict = SMALL,
     device="cpu",
     precision: str = "fp32",
+    baseline: str | None = None,
 ) -> dict:
     """The scaling table: for each length, batch = tokens // length; the spatial projection (gate of d_ffn / 2
-    channels) alone, then the encoders of `layers` blocks, each interleaved."""
+    channels) alone, then the encoders of `layers` blocks, each interleaved (with `baseline`, also gMLP's default
+    path and aMLP at that git revision)."""
     results = {"tokens_per_step": tokens, "encoder_layers": layers, "precision": precision, "lengths": {}}
     for length in lengths:
         batch = max(1, tokens // length)
@@ -54,6 +58,8 @@ def measure_lengths(
             "amlp": encoder("amlp", length, layers, shape=shape),
             "BERT": encoder("BERT (sdpa)", length, layers, shape=shape),
         }
+        if baseline:
+            encoders |= {label(name, baseline): encoder(name, length, layers, baseline, shape) for name in OURS}
         input_ids = torch.randint(5, shape["vocab_size"], (batch, length), device=device)
         steps = {}
         for name, model in encoders.items():
@@ -80,7 +86,13 @@ def encoder_step(model, input_ids) -> None:
 
 def measure(args) -> dict:
     return measure_lengths(
-        args.lengths, args.scaling_tokens, args.scaling_layers, args.rounds, args.scaling_rounds, device=args.device
+        args.lengths,
+        args.scaling_tokens,
+        args.scaling_layers,
+        args.rounds,
+        args.scaling_rounds,
+        device=args.device,
+        baseline=args.baseline,
     )
 
 
