@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from helpers import TINY_TEXT
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -36,17 +37,8 @@ from transformers import BertConfig, BertForMaskedLM
 from gmlp import GMLPConfig, GMLPForMaskedLM
 from gmlp.modeling_gmlp import GMLPLayer
 
-# The tests' tiny text sizes (tests/conftest.py's TINY_TEXT); aMLP adds the tiny attention.
-TINY = {
-    "vocab_size": 64,
-    "hidden_size": 32,
-    "intermediate_size": 48,
-    "num_hidden_layers": 2,
-    "max_position_embeddings": 16,
-    "hidden_dropout_prob": 0.0,
-    "attention_probs_dropout_prob": 0.0,
-    "spatial_init_eps": 16.0,
-}
+# The tests' tiny text sizes; aMLP adds the tiny attention.
+TINY = TINY_TEXT
 VARIANTS = {"gmlp": {}, "amlp": {"tiny_attention_size": 8}}
 WORLD_SIZE = 2
 STEPS = 3

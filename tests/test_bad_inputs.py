@@ -3,47 +3,27 @@ right result), never a deep `datasets`/torch error or a silently wrong run. Tabl
 
 import json
 import logging
-from pathlib import Path
 
 import pytest
+from helpers import CONTEXT, WORDS, config_overrides, flags, rotated_lines, tiny_run, write
 from PIL import Image
-from sample_text import WORDS, rotated_lines
 
 import run_glue
 import run_image_classification
 import run_mlm
 import run_squad
 from gmlp.tasks.training import checkpoint_problem
-from gmlp.tokenization_gmlp import train_tokenizer
 
-TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=32,vocab_size=120"
-TINY_LABELLED = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=32"
-CONTEXT = "the red fox lives in the green forest near the old river and eats small birds every day"
-COMMON = [
-    "--report_to",
-    "none",
-    "--save_strategy",
-    "no",
-    "--per_device_train_batch_size",
-    "2",
-    "--per_device_eval_batch_size",
-    "2",
-    "--max_steps",
-    "1",
-]
+# One step of batches of 2.
+ONE_STEP = {"per_device_train_batch_size": 2, "per_device_eval_batch_size": 2, "max_steps": 1}
 
 
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(iter(rotated_lines(20) + [CONTEXT] * 3), vocab_size=120, min_frequency=1).save_pretrained(path)
-    return str(path)
-
-
-def write(path: Path, content: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
-    return path
+def scratch_run(tokenizer_dir, tmp_path, *extra, **options):
+    """A tiny run from scratch into tmp_path/out (helpers.tiny_run) with conftest.py's tokenizer: one training step
+    and an evaluation; then `options` as flags and the `extra` arguments."""
+    return tiny_run(
+        tmp_path / "out", *extra, tokenizer=tokenizer_dir, do_train=True, do_eval=True, **ONE_STEP, **options
+    )
 
 
 def squad_json(answer_start_shift: int = 0, answers=None, start=None) -> str:
@@ -57,24 +37,9 @@ def squad_json(answer_start_shift: int = 0, answers=None, start=None) -> str:
 
 # ---- run_mlm.py -----------------------------------------------------------------------------------------------
 def mlm_args(tokenizer_dir, tmp_path, train, *extra):
-    return [
-        "--config_name",
-        "gmlp-tiny",
-        "--config_overrides",
-        TINY,
-        "--tokenizer_name",
-        tokenizer_dir,
-        "--train_file",
-        str(train),
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--do_train",
-        "--do_eval",
-        "--max_seq_length",
-        "16",
-        *COMMON,
-        *extra,
-    ]
+    return scratch_run(
+        tokenizer_dir, tmp_path, *extra, overrides={"vocab_size": 120}, train_file=train, max_seq_length=16
+    )
 
 
 MLM_FILES = {
@@ -128,19 +93,14 @@ def test_an_output_dir_with_another_runs_results_is_refused_unless_overwritten(t
     run_mlm.main(mlm_args(tokenizer_dir, tmp_path, train))
     out = tmp_path / "out"
     assert "train_loss" in json.loads((out / "all_results.json").read_text())
-    evaluate = [
-        "--model_name_or_path",
-        str(out),
-        "--validation_file",
-        str(train),
-        "--output_dir",
-        str(out),
-        "--do_eval",
-        "--max_seq_length",
-        "16",
-        "--report_to",
-        "none",
-    ]
+    evaluate = flags(
+        model_name_or_path=out,
+        validation_file=train,
+        output_dir=out,
+        do_eval=True,
+        max_seq_length=16,
+        report_to="none",
+    )
     with pytest.raises(FileExistsError, match="holds the results of an earlier run.*--overwrite_output_dir"):
         run_mlm.main(evaluate)
     run_mlm.main([*evaluate, "--overwrite_output_dir"])
@@ -180,39 +140,20 @@ def test_truncated_weights_are_named(tokenizer_dir, tmp_path):
     weights.write_bytes(weights.read_bytes()[:-50])
     with pytest.raises(ValueError, match="truncated or corrupt") as error:
         run_mlm.main(
-            [
-                "--model_name_or_path",
-                str(tmp_path / "out"),
-                "--validation_file",
-                str(train),
-                "--output_dir",
-                str(tmp_path / "eval"),
-                "--do_eval",
-                "--report_to",
-                "none",
-            ]
+            flags(
+                model_name_or_path=tmp_path / "out",
+                validation_file=train,
+                output_dir=tmp_path / "eval",
+                do_eval=True,
+                report_to="none",
+            )
         )
     assert str(weights) in str(error.value)
 
 
 # ---- run_glue.py ----------------------------------------------------------------------------------------------
 def glue_args(tokenizer_dir, tmp_path, *extra):
-    return [
-        "--config_name",
-        "gmlp-tiny",
-        "--config_overrides",
-        TINY_LABELLED,
-        "--tokenizer_name",
-        tokenizer_dir,
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--do_train",
-        "--do_eval",
-        "--max_seq_length",
-        "32",
-        *COMMON,
-        *extra,
-    ]
+    return scratch_run(tokenizer_dir, tmp_path, *extra, max_seq_length=32)
 
 
 def labelled_csv(blank_row: int | None = None) -> str:
@@ -251,24 +192,9 @@ def test_run_glue_names_a_bad_glue_dir_file(case, tokenizer_dir, tmp_path):
 # ---- run_squad.py ---------------------------------------------------------------------------------------------
 def squad_args(tokenizer_dir, tmp_path, train, *extra):
     validation = write(tmp_path / "dev.json", squad_json())
-    return [
-        "--config_name",
-        "gmlp-tiny",
-        "--config_overrides",
-        TINY,
-        "--tokenizer_name",
-        tokenizer_dir,
-        "--train_file",
-        str(train),
-        "--validation_file",
-        str(validation),
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--do_train",
-        "--do_eval",
-        *COMMON,
-        *extra,
-    ]
+    return scratch_run(
+        tokenizer_dir, tmp_path, *extra, overrides={"vocab_size": 120}, train_file=train, validation_file=validation
+    )
 
 
 SQUAD_FILES = {
@@ -311,9 +237,7 @@ def test_run_squad_names_a_non_utf8_file(tokenizer_dir, tmp_path):
 def test_run_squad_defaults_fit_a_model_of_128_tokens(tokenizer_dir, tmp_path):
     train = write(tmp_path / "train.json", squad_json())
     args = squad_args(tokenizer_dir, tmp_path, train)
-    args[args.index("--config_overrides") + 1] = TINY.replace(
-        "max_position_embeddings=32", "max_position_embeddings=128"
-    )
+    args[args.index("--config_overrides") + 1] = config_overrides(vocab_size=120, max_position_embeddings=128)
     run_squad.main(args)  # no --max_seq_length / --doc_stride: 128 and 32, derived from n
     assert (tmp_path / "out" / "eval_results.json").is_file()
 
@@ -327,21 +251,18 @@ def test_imagefolder_with_train_and_validation_dirs(tmp_path):
             for i in range(3):
                 Image.new("RGB", (12, 12), tuple(max(0, c - 10 * i) for c in colour)).save(folder / f"{i}.png")
     metrics = run_image_classification.main(
-        [
-            "--dataset_name",
-            "imagefolder",
-            "--train_dir",
-            str(tmp_path / "train"),
-            "--validation_dir",
-            str(tmp_path / "validation"),
-            "--config_name",
-            "gmlp-tiny",
-            "--output_dir",
-            str(tmp_path / "out"),
-            "--do_train",
-            "--do_eval",
-            *COMMON,
-        ]
+        flags(
+            dataset_name="imagefolder",
+            train_dir=tmp_path / "train",
+            validation_dir=tmp_path / "validation",
+            config_name="gmlp-tiny",
+            output_dir=tmp_path / "out",
+            do_train=True,
+            do_eval=True,
+            report_to="none",
+            save_strategy="no",
+            **ONE_STEP,
+        )
     )
     assert metrics["eval_samples"] == 6
     config = json.loads((tmp_path / "out" / "config.json").read_text())

@@ -1,18 +1,24 @@
 """bf16 against fp32, path by path: the direct, dense and FFT spatial products, the tiny attention's masking, the
-LayerNorms, gradients, and cached decoding, each in bf16 weights and under CPU autocast.
+LayerNorms, gradients, and cached decoding, each in bf16 weights and under autocast.
 
 The tolerance is stated once: bf16 keeps 8 bits of mantissa (a relative rounding of 2^-9 per value), and after a
 few layers of products and sums a relative error of a few 1e-3 is expected; `RELATIVE_TOLERANCE` allows 3e-2 of the
 fp32 output's norm, far below what a wrong path gives (a dropped mask, a position shift or an overflow change the
-output by tens of percent or more, as the padding test's control shows).
+output by tens of percent or more, as the padding test's control shows). The other tests compare with the same
+tolerance in a --dtype bf16 pass (tests/helpers.py).
+
+Every test runs on the selected device (conftest.py's --device), and in every --dtype pass (each compares bf16 with
+fp32 itself).
 """
 
 import pytest
 import torch
+from helpers import BF16_RELATIVE_TOLERANCE as RELATIVE_TOLERANCE
+from helpers import relative_error, seeded
 
 from gmlp import GMLPForCausalLM, GMLPForMaskedLM, GMLPForSequenceClassification
 
-RELATIVE_TOLERANCE = 3e-2
+pytestmark = [pytest.mark.usefixtures("on_device"), pytest.mark.bf16]
 # Every spatial path and the tiny attention; n = 32 so that the FFT variant (from 1 token on) and the direct ones see
 # the same lengths.
 PATHS = {
@@ -25,14 +31,9 @@ PATHS = {
 SIZES = {"max_position_embeddings": 32, "pad_token_id": 0}
 
 
-def relative_error(low: torch.Tensor, full: torch.Tensor) -> float:
-    return float((low.float() - full).norm() / full.norm())
-
-
 def ids_and_mask(batch=3, length=20, padding=(0, 5, 12), seed=0):
     """Random ids, right-padded by `padding[i]` positions in row i (pad id 0), and the matching mask."""
-    generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(5, 64, (batch, length), generator=generator)
+    input_ids = seeded(torch.randint, 5, 64, (batch, length), seed=seed)
     mask = torch.ones_like(input_ids)
     for row, pad in enumerate(padding):
         if pad:
@@ -62,8 +63,8 @@ def test_bf16_weights_match_fp32_on_every_path(config):
     assert relative_error(low[real], full[real]) < RELATIVE_TOLERANCE
 
 
-def test_autocast_matches_fp32_on_every_path_with_gradients(config):
-    """CPU autocast (what the Trainer's --bf16 runs): the loss and the gradients of every parameter stay close."""
+def test_autocast_matches_fp32_on_every_path_with_gradients(config, device):
+    """Autocast (what the Trainer's --bf16 runs): the loss and the gradients of every parameter stay close."""
     torch.manual_seed(0)
     model = GMLPForMaskedLM(config).train()
     input_ids, mask = ids_and_mask()
@@ -71,7 +72,7 @@ def test_autocast_matches_fp32_on_every_path_with_gradients(config):
 
     def loss_and_gradients(autocast: bool):
         model.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             loss = model(input_ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         return loss.detach().float(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}

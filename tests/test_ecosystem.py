@@ -6,27 +6,14 @@ import logging
 
 import datasets
 import pytest
-from sample_text import WORDS, rotated_lines
+from helpers import WORDS, flags, rotated_lines, tiny_run
 from transformers import TrainingArguments
 
 import run_glue
 import run_mlm
 from gmlp.tasks.mlm import tokenize_for_mlm
-from gmlp.tokenization_gmlp import train_tokenizer
 
-TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=16"
-COMMON = [
-    "--report_to",
-    "none",
-    "--save_strategy",
-    "no",
-    "--per_device_train_batch_size",
-    "2",
-    "--max_steps",
-    "2",
-    "--max_seq_length",
-    "16",
-]
+COMMON = flags(report_to="none", save_strategy="no", per_device_train_batch_size=2, max_steps=2, max_seq_length=16)
 
 
 def corpus(path, lines=30):
@@ -35,27 +22,20 @@ def corpus(path, lines=30):
 
 
 @pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
-    """A tiny MLM checkpoint, pretrained from scratch by run_mlm.py."""
+def pretrained(tmp_path_factory, tokenizer_dir):
+    """A tiny aMLP checkpoint (n = 16), pretrained from scratch by run_mlm.py."""
     root = tmp_path_factory.mktemp("mlm")
-    tokenizer = root / "tokenizer"
-    train_tokenizer(iter(WORDS * 3), vocab_size=100, min_frequency=1).save_pretrained(tokenizer)
     run_mlm.main(
-        [
-            "--config_name",
-            "amlp-tiny",
-            "--config_overrides",
-            f"{TINY},vocab_size=100",
-            "--tokenizer_name",
-            str(tokenizer),
-            "--train_file",
-            str(corpus(root / "text.txt")),
-            "--output_dir",
-            str(root / "model"),
-            "--do_train",
-            "--do_eval",
+        tiny_run(
+            root / "model",
             *COMMON,
-        ]
+            config_name="amlp-tiny",
+            overrides={"max_position_embeddings": 16},
+            tokenizer=tokenizer_dir,
+            train_file=corpus(root / "text.txt"),
+            do_train=True,
+            do_eval=True,
+        )
     )
     return root / "model"
 
@@ -233,8 +213,8 @@ def test_torch_compile_pads_every_example_to_one_length(script, tmp_path, caplog
     assert "--pad_to_max_length added" in caplog.text
 
 
-def test_line_by_line_mlm_pads_to_max_seq_length_when_asked(tmp_path):
-    tokenizer = train_tokenizer(iter(WORDS * 3), vocab_size=100, min_frequency=1)
+def test_line_by_line_mlm_pads_to_max_seq_length_when_asked(tmp_path, script_tokenizer):
+    tokenizer = script_tokenizer
     lines = ["the cat sat", "the old dog slept by the warm fire and the cat sat on a red mat"]
     raw = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": lines})})
     arguments = TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none")

@@ -20,10 +20,25 @@ VARIANTS = {
     "amlp toeplitz": {"tiny_attention_size": 8},
     "amlp dense": {"spatial_weight_type": "dense", "tiny_attention_size": 8},
 }
-PROMPT = torch.tensor([[5, 6, 7, 8, 9]])
-SHORT = torch.tensor([[11, 12, 13]])
-BATCH = torch.tensor([[5, 6, 7, 8, 9], [0, 0, 11, 12, 13]])  # the short prompt left-padded with the pad id 0
-MASK = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+# Every test builds its models and inputs on the selected device (conftest.py's --device): the prompts are made
+# where the test runs.
+pytestmark = pytest.mark.usefixtures("on_device")
+
+
+def prompt_ids():
+    return torch.tensor([[5, 6, 7, 8, 9]])
+
+
+def short_ids():
+    return torch.tensor([[11, 12, 13]])
+
+
+def batch_ids():
+    return torch.tensor([[5, 6, 7, 8, 9], [0, 0, 11, 12, 13]])  # the short prompt left-padded with the pad id 0
+
+
+def batch_mask():
+    return torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
 
 
 # The sizes of these tests, over the tiny defaults (conftest.py): a causal model with n = 24.
@@ -65,12 +80,12 @@ def greedy(model, input_ids, **kwargs):
 
 def test_left_padded_rows_match_each_prompt_alone(model):
     with torch.no_grad():
-        batch = model(BATCH, attention_mask=MASK).logits
-        torch.testing.assert_close(batch[0], model(PROMPT).logits[0])
-        torch.testing.assert_close(batch[1, 2:], model(SHORT).logits[0])
-    generated = greedy(model, BATCH, attention_mask=MASK)
-    assert generated[0].tolist() == greedy(model, PROMPT)[0].tolist()
-    assert generated[1, 2:].tolist() == greedy(model, SHORT)[0].tolist()
+        batch = model(batch_ids(), attention_mask=batch_mask()).logits
+        torch.testing.assert_close(batch[0], model(prompt_ids()).logits[0])
+        torch.testing.assert_close(batch[1, 2:], model(short_ids()).logits[0])
+    generated = greedy(model, batch_ids(), attention_mask=batch_mask())
+    assert generated[0].tolist() == greedy(model, prompt_ids())[0].tolist()
+    assert generated[1, 2:].tolist() == greedy(model, short_ids())[0].tolist()
 
 
 def test_right_padding_is_exact_and_positions_default_to_real_tokens(model):
@@ -78,10 +93,10 @@ def test_right_padding_is_exact_and_positions_default_to_real_tokens(model):
     with torch.no_grad():
         padded = model(right, attention_mask=torch.tensor([[1, 1, 1, 0, 0]])).logits
         explicit = model(
-            BATCH, attention_mask=MASK, position_ids=torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]])
+            batch_ids(), attention_mask=batch_mask(), position_ids=torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]])
         ).logits
-        default = model(BATCH, attention_mask=MASK).logits
-    torch.testing.assert_close(padded[0, :3], model(SHORT).logits[0])
+        default = model(batch_ids(), attention_mask=batch_mask()).logits
+    torch.testing.assert_close(padded[0, :3], model(short_ids()).logits[0])
     torch.testing.assert_close(explicit, default)
 
 
@@ -101,7 +116,9 @@ def test_cached_generation_equals_full_recompute(model, strategy, cache_implemen
 
     def run(use_cache, **cache):
         torch.manual_seed(1)
-        return model.generate(BATCH, attention_mask=MASK, max_new_tokens=6, use_cache=use_cache, **strategy, **cache)
+        return model.generate(
+            batch_ids(), attention_mask=batch_mask(), max_new_tokens=6, use_cache=use_cache, **strategy, **cache
+        )
 
     cached, recomputed = run(True, cache_implementation=cache_implementation), run(False)
     assert cached.shape == (2, 11)
@@ -112,7 +129,7 @@ def test_one_step_with_the_cache_equals_the_full_forward(model):
     """The cache holds what the forward of the whole sequence computes: the last logits agree, and the cache's
     length and per-layer contents have the documented shapes."""
     with torch.no_grad():
-        prefix = model(BATCH, attention_mask=MASK, use_cache=True)
+        prefix = model(batch_ids(), attention_mask=batch_mask(), use_cache=True)
         cache = prefix.cache
         assert isinstance(cache, DynamicCache) and cache.get_seq_length() == 5
         layer, config = cache.layers[0], model.config
@@ -126,13 +143,13 @@ def test_one_step_with_the_cache_equals_the_full_forward(model):
         assert layer.gates[1, :2].abs().max() == 0  # padding's gate is zero
         step = model(
             torch.tensor([[21], [22]]),
-            attention_mask=torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1),
+            attention_mask=torch.cat([batch_mask(), torch.ones(2, 1, dtype=torch.long)], 1),
             cache=cache,
             use_cache=True,
         )
         full = model(
-            torch.cat([BATCH, torch.tensor([[21], [22]])], 1),
-            attention_mask=torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1),
+            torch.cat([batch_ids(), torch.tensor([[21], [22]])], 1),
+            attention_mask=torch.cat([batch_mask(), torch.ones(2, 1, dtype=torch.long)], 1),
         )
     torch.testing.assert_close(step.logits[:, -1], full.logits[:, -1])
     assert step.cache.get_seq_length() == 6
@@ -142,13 +159,13 @@ def test_a_static_cache_holds_the_same_gates_in_place(model):
     """Transformers' StaticCache, passed by hand: preallocated to n, filled in place, zeros beyond the cached tokens
     (which therefore add nothing to the spatial projection), and the step's logits equal the full forward's."""
     new_tokens = torch.tensor([[21], [22]])
-    mask = torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1)
+    mask = torch.cat([batch_mask(), torch.ones(2, 1, dtype=torch.long)], 1)
     with torch.no_grad():
         cache = StaticCache(config=model.config, max_cache_len=model.config.max_position_embeddings)
-        model(BATCH, attention_mask=MASK, cache=cache, use_cache=True)
+        model(batch_ids(), attention_mask=batch_mask(), cache=cache, use_cache=True)
         step = model(new_tokens, attention_mask=mask, cache=cache, use_cache=True)
-        full = model(torch.cat([BATCH, new_tokens], 1), attention_mask=mask)
-        dynamic = model(BATCH, attention_mask=MASK, use_cache=True).cache
+        full = model(torch.cat([batch_ids(), new_tokens], 1), attention_mask=mask)
+        dynamic = model(batch_ids(), attention_mask=batch_mask(), use_cache=True).cache
     torch.testing.assert_close(step.logits[:, -1], full.logits[:, -1])
     assert int(cache.get_seq_length()) == 6
     assert all(type(layer) is GMLPStaticLayer for layer in cache.layers)
@@ -199,7 +216,7 @@ def test_generate_uses_gmlp_cache_layers_and_refuses_a_cache_that_cannot_hold_ga
     give the full recompute's tokens; a cache of Transformers' plain layers, which cannot hold the gates, is refused."""
 
     def run(**kwargs):
-        return model.generate(BATCH, attention_mask=MASK, max_new_tokens=6, do_sample=False, **kwargs)
+        return model.generate(batch_ids(), attention_mask=batch_mask(), max_new_tokens=6, do_sample=False, **kwargs)
 
     recomputed = run(use_cache=False)
     outputs = {
@@ -219,71 +236,46 @@ def test_generate_uses_gmlp_cache_layers_and_refuses_a_cache_that_cannot_hold_ga
 
 def test_static_cache_without_an_attention_mask(model):
     """No mask: positions are counted from the static cache's (tensor) length."""
-    static = model.generate(PROMPT, max_new_tokens=6, do_sample=False, cache_implementation="static")
-    assert static.tolist() == model.generate(PROMPT, max_new_tokens=6, do_sample=False, use_cache=False).tolist()
+    static = model.generate(prompt_ids(), max_new_tokens=6, do_sample=False, cache_implementation="static")
+    assert static.tolist() == model.generate(prompt_ids(), max_new_tokens=6, do_sample=False, use_cache=False).tolist()
 
 
 def test_generation_continues_from_the_returned_cache(model):
-    first = model.generate(PROMPT, max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
+    first = model.generate(prompt_ids(), max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
     continued = model.generate(first.sequences, cache=first.cache, max_new_tokens=3, do_sample=False)
-    assert continued.tolist() == model.generate(PROMPT, max_new_tokens=6, do_sample=False).tolist()
+    assert continued.tolist() == model.generate(prompt_ids(), max_new_tokens=6, do_sample=False).tolist()
 
 
 def test_the_cache_under_its_older_name_past_key_values(model):
     """Transformers 5.24 renamed `past_key_values` to `cache`; the old keyword still reaches the cache (with the
     library's deprecation warning), so code written for earlier versions decodes the same."""
     new_tokens = torch.tensor([[21], [22]])
-    mask = torch.cat([MASK, torch.ones(2, 1, dtype=torch.long)], 1)
+    mask = torch.cat([batch_mask(), torch.ones(2, 1, dtype=torch.long)], 1)
     with torch.no_grad():
-        cache = model(BATCH, attention_mask=MASK, use_cache=True).cache
+        cache = model(batch_ids(), attention_mask=batch_mask(), use_cache=True).cache
         step = model(new_tokens, attention_mask=mask, past_key_values=cache, use_cache=True)
-        full = model(torch.cat([BATCH, new_tokens], 1), attention_mask=mask)
+        full = model(torch.cat([batch_ids(), new_tokens], 1), attention_mask=mask)
     assert step.cache is cache and cache.get_seq_length() == 6
     torch.testing.assert_close(step.logits[:, -1], full.logits[:, -1])
 
 
-def test_dict_outputs_with_hidden_states_per_step(model):
-    out = model.generate(
-        BATCH,
-        attention_mask=MASK,
-        max_new_tokens=4,
-        do_sample=False,
-        return_dict_in_generate=True,
-        output_hidden_states=True,
-        output_scores=True,
-        output_logits=True,
-    )
-    assert len(out.scores) == len(out.logits) == len(out.hidden_states) == 4
-    layers = model.config.num_hidden_layers + 1
-    assert all(len(step) == layers for step in out.hidden_states)
-    assert out.hidden_states[0][0].shape == (2, 5, 16)  # the prompt, then one token per step
-    assert all(step[0].shape == (2, 1, 16) for step in out.hidden_states[1:])
-    assert (
-        out.sequences[:, 5:].tolist()
-        == out.logits[0]
-        .new_tensor([[int(step[row].argmax()) for step in out.logits] for row in range(2)])
-        .long()
-        .tolist()
-    )
-
-
 def test_assisted_decoding_crops_the_cache(trained_looking, model):
     assistant = trained_looking(**{**VARIANTS["gmlp toeplitz"], "num_hidden_layers": 1})
-    expected = greedy(model, PROMPT)
-    assert greedy(model, PROMPT, assistant_model=assistant).tolist() == expected.tolist()
-    assert greedy(model, PROMPT, prompt_lookup_num_tokens=2).tolist() == expected.tolist()
+    expected = greedy(model, prompt_ids())
+    assert greedy(model, prompt_ids(), assistant_model=assistant).tolist() == expected.tolist()
+    assert greedy(model, prompt_ids(), prompt_lookup_num_tokens=2).tolist() == expected.tolist()
 
 
 def test_generation_from_inputs_embeds_with_an_attention_mask(model):
-    embeds = model.get_input_embeddings()(BATCH)
-    from_embeds = model.generate(inputs_embeds=embeds, attention_mask=MASK, max_new_tokens=5, do_sample=False)
-    from_ids = model.generate(BATCH, attention_mask=MASK, max_new_tokens=5, do_sample=False)
+    embeds = model.get_input_embeddings()(batch_ids())
+    from_embeds = model.generate(inputs_embeds=embeds, attention_mask=batch_mask(), max_new_tokens=5, do_sample=False)
+    from_ids = model.generate(batch_ids(), attention_mask=batch_mask(), max_new_tokens=5, do_sample=False)
     assert from_embeds.tolist() == from_ids[:, 5:].tolist()  # generate returns only the new tokens from embeds
 
 
 def test_fft_path_without_cache_agrees_with_cached_decoding(trained_looking):
     model = trained_looking(spatial_fft_min_length=1)
-    assert greedy(model, PROMPT, use_cache=False).tolist() == greedy(model, PROMPT).tolist()
+    assert greedy(model, prompt_ids(), use_cache=False).tolist() == greedy(model, prompt_ids()).tolist()
 
 
 def test_too_long_a_generation_is_refused_before_it_starts(trained_looking):
@@ -293,7 +285,7 @@ def test_too_long_a_generation_is_refused_before_it_starts(trained_looking):
         match="The prompt has 5 tokens and 20 new ones are asked for: 25 in all, more than "
         "this model's n = max_position_embeddings = 24. Ask for at most 19",
     ):
-        model.generate(PROMPT, max_new_tokens=20, do_sample=False)
+        model.generate(prompt_ids(), max_new_tokens=20, do_sample=False)
 
 
 def test_a_cached_step_beyond_n_is_refused(trained_looking):
@@ -313,8 +305,8 @@ def test_eager_and_sdpa_decode_alike_with_left_padding(trained_looking, cache_im
         model = trained_looking(tiny_attention_size=8)
         model.set_attn_implementation(implementation)
         outputs[implementation] = model.generate(
-            BATCH,
-            attention_mask=MASK,
+            batch_ids(),
+            attention_mask=batch_mask(),
             max_new_tokens=6,
             do_sample=False,
             cache_implementation=cache_implementation,

@@ -4,21 +4,14 @@ masked-token accuracy to the last digit, while training keeps drawing fresh mask
 import json
 
 import datasets
-import pytest
 import torch
-from sample_text import WORDS as ALL_WORDS
+from helpers import WORDS as ALL_WORDS
+from helpers import flags, tiny_run
 
 import run_mlm
 from gmlp.tasks.mlm import MaskedLMCollator, with_fixed_mask
-from gmlp.tokenization_gmlp import train_tokenizer
 
 WORDS = ALL_WORDS[:20]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    lines = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))]
-    return train_tokenizer(iter(lines), vocab_size=120, min_frequency=1)
 
 
 def token_dataset(tokenizer, lengths):
@@ -26,9 +19,9 @@ def token_dataset(tokenizer, lengths):
     return datasets.Dataset.from_dict(dict(tokenizer(texts, return_special_tokens_mask=True)))
 
 
-def test_fixed_mask_depends_only_on_the_seed(tokenizer):
-    dataset = token_dataset(tokenizer, [20, 30, 25, 40] * 10)
-    collator = MaskedLMCollator(tokenizer, mlm_probability=0.15)
+def test_fixed_mask_depends_only_on_the_seed(script_tokenizer):
+    dataset = token_dataset(script_tokenizer, [20, 30, 25, 40] * 10)
+    collator = MaskedLMCollator(script_tokenizer, mlm_probability=0.15)
     first, again, other = (with_fixed_mask(dataset, collator, seed) for seed in (0, 0, 1))
     assert first["labels"] == again["labels"] and first["input_ids"] == again["input_ids"]
     assert first["labels"] != other["labels"]
@@ -47,9 +40,9 @@ def test_fixed_mask_depends_only_on_the_seed(tokenizer):
     assert "special_tokens_mask" not in first.column_names
 
 
-def test_collator_pads_fixed_examples_without_masking_them_again(tokenizer):
-    collator = MaskedLMCollator(tokenizer, mlm_probability=0.15, sparse_prediction=True)
-    fixed = with_fixed_mask(token_dataset(tokenizer, [6, 12, 9]), collator, seed=0)
+def test_collator_pads_fixed_examples_without_masking_them_again(script_tokenizer):
+    collator = MaskedLMCollator(script_tokenizer, mlm_probability=0.15, sparse_prediction=True)
+    fixed = with_fixed_mask(token_dataset(script_tokenizer, [6, 12, 9]), collator, seed=0)
     examples = [fixed[i] for i in range(3)]
     batch = collator(examples)
     assert batch["sparse_prediction"] is True
@@ -59,13 +52,13 @@ def test_collator_pads_fixed_examples_without_masking_them_again(tokenizer):
         assert batch["input_ids"][row, :length].tolist() == example["input_ids"]
         assert batch["labels"][row, :length].tolist() == example["labels"]
         assert (batch["labels"][row, length:] == -100).all()
-        assert (batch["input_ids"][row, length:] == tokenizer.pad_token_id).all()
+        assert (batch["input_ids"][row, length:] == script_tokenizer.pad_token_id).all()
         assert batch["attention_mask"][row].tolist() == [1] * length + [0] * (batch["labels"].shape[1] - length)
 
 
-def test_training_batches_get_fresh_masks(tokenizer):
-    examples = [dict(row) for row in token_dataset(tokenizer, [40] * 8)]
-    collator = MaskedLMCollator(tokenizer, mlm_probability=0.3)
+def test_training_batches_get_fresh_masks(script_tokenizer):
+    examples = [dict(row) for row in token_dataset(script_tokenizer, [40] * 8)]
+    collator = MaskedLMCollator(script_tokenizer, mlm_probability=0.3)
     torch.manual_seed(0)
     first, second = collator(examples), collator(examples)
     assert not torch.equal(first["labels"], second["labels"])
@@ -77,41 +70,23 @@ def test_evaluating_the_same_weights_again_gives_identical_metrics(tmp_path):
     rate is 0, so the weights never change) and later ones with another training seed agree to the last digit."""
     corpus = tmp_path / "text.txt"
     corpus.write_text("\n".join(" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))) * 4 + "\n")
-    common = [
-        "--validation_file",
-        str(corpus),
-        "--max_seq_length",
-        "16",
-        "--per_device_eval_batch_size",
-        "4",
-        "--report_to",
-        "none",
-        "--save_strategy",
-        "no",
-    ]
+    common = flags(
+        validation_file=corpus, max_seq_length=16, per_device_eval_batch_size=4, report_to="none", save_strategy="no"
+    )
     checkpoint = tmp_path / "model"
     run_mlm.main(
-        [
-            "--config_name",
-            "gmlp-tiny",
-            "--config_overrides",
-            "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=16,vocab_size=120",
-            "--train_file",
-            str(corpus),
-            "--output_dir",
-            str(checkpoint),
-            "--do_train",
-            "--do_eval",
-            "--max_steps",
-            "3",
-            "--learning_rate",
-            "0",
-            "--eval_strategy",
-            "steps",
-            "--eval_steps",
-            "1",
+        tiny_run(
+            checkpoint,
             *common,
-        ]
+            overrides={"max_position_embeddings": 16, "vocab_size": 120},
+            train_file=corpus,
+            do_train=True,
+            do_eval=True,
+            max_steps=3,
+            learning_rate=0,
+            eval_strategy="steps",
+            eval_steps=1,
+        )
     )
     history = json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]
     during_training = [entry["eval_loss"] for entry in history if "eval_loss" in entry]
@@ -119,15 +94,7 @@ def test_evaluating_the_same_weights_again_gives_identical_metrics(tmp_path):
 
     def evaluate(name, *extra):
         run_mlm.main(
-            [
-                "--model_name_or_path",
-                str(checkpoint),
-                "--output_dir",
-                str(tmp_path / name),
-                "--do_eval",
-                *common,
-                *extra,
-            ]
+            [*flags(model_name_or_path=checkpoint, output_dir=tmp_path / name, do_eval=True), *common, *extra]
         )
         return json.loads((tmp_path / name / "eval_results.json").read_text())
 

@@ -8,12 +8,16 @@ config (`is_decoder=True`), so the encoder heads and the causal LM have separate
 No common test is skipped here by hand: those that do not apply (attention backends such as sdpa/flash/flex, position
 embeddings, RoPE, key/value caches, experts, tensor parallelism, accelerators) skip themselves, each with its reason,
 from what the model declares (`has_attentions`, `_supports_sdpa`, no position embeddings, ...); `pytest -rs` lists them.
+
+The tester only builds configs and inputs: each head's outputs are checked by value in tests/test_modeling.py, and
+the common tests run every class. They run on the selected device (conftest.py's --device), which Transformers'
+`torch_device` follows.
 """
 
 import unittest
 from unittest import mock
 
-import torch
+import pytest
 from transformers.models.auto.modeling_auto import (
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
     MODEL_FOR_MASKED_LM_MAPPING_NAMES,
@@ -23,7 +27,7 @@ from transformers.models.auto.modeling_auto import (
     MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
     MODEL_MAPPING_NAMES,
 )
-from transformers.testing_utils import require_torch, torch_device
+from transformers.testing_utils import require_torch
 from transformers_common import upstream
 from transformers_common.generation_tester import GenerationTesterMixin
 
@@ -71,6 +75,8 @@ TASK_TABLES = {
 _task_table_patches = [
     mock.patch.dict(table, {"gmlp": model_class.__name__}) for table, model_class in TASK_TABLES.values()
 ]
+# Device-aware: the tests run on the selected device (conftest.py's --device), which `torch_device` follows.
+pytestmark = pytest.mark.usefixtures("device")
 
 
 def setUpModule():
@@ -98,7 +104,6 @@ class GMLPModelTester:
         type_vocab_size=2,
         tiny_attention_size=0,
         is_decoder=False,
-        type_sequence_label_size=2,
         num_labels=3,
         num_choices=4,
     ):
@@ -114,7 +119,6 @@ class GMLPModelTester:
         self.type_vocab_size = type_vocab_size
         self.tiny_attention_size = tiny_attention_size
         self.is_decoder = is_decoder
-        self.type_sequence_label_size = type_sequence_label_size
         self.num_labels = num_labels
         self.num_choices = num_choices
         # aMLP's tiny attention is a single head (paper, Figure 6).
@@ -133,84 +137,12 @@ class GMLPModelTester:
             num_labels=self.num_labels,
         )
 
-    def prepare_config_and_inputs(self):
-        input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
-        input_mask = random_attention_mask([self.batch_size, self.seq_length])
-        token_type_ids = ids_tensor([self.batch_size, self.seq_length], self.type_vocab_size)
-        sequence_labels = ids_tensor([self.batch_size], self.type_sequence_label_size)
-        token_labels = ids_tensor([self.batch_size, self.seq_length], self.num_labels)
-        choice_labels = ids_tensor([self.batch_size], self.num_choices)
-        config = self.get_config()
-        return config, input_ids, token_type_ids, input_mask, sequence_labels, token_labels, choice_labels
-
     def prepare_config_and_inputs_for_common(self):
-        config, input_ids, token_type_ids, input_mask, *_ = self.prepare_config_and_inputs()
-        inputs_dict = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": input_mask}
-        return config, inputs_dict
-
-    def create_and_check_model(self, config, input_ids, token_type_ids, input_mask, *args):
-        model = GMLPModel(config).to(torch_device).eval()
-        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids)
-        result = model(input_ids, token_type_ids=token_type_ids)
-        result = model(input_ids)
-        self.parent.assertEqual(result.last_hidden_state.shape, (self.batch_size, self.seq_length, self.hidden_size))
-
-    def create_and_check_for_masked_lm(self, config, input_ids, token_type_ids, input_mask, *args):
-        token_labels = args[1]
-        model = GMLPForMaskedLM(config).to(torch_device).eval()
-        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids, labels=token_labels)
-        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.seq_length, self.vocab_size))
-        self.parent.assertEqual(result.loss.shape, ())
-
-    def create_and_check_for_causal_lm(self, config, input_ids, token_type_ids, input_mask, *args):
-        model = GMLPForCausalLM(config).to(torch_device).eval()
-        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids, labels=input_ids)
-        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.seq_length, self.vocab_size))
-        # Causal: the logits at position t do not change when later tokens do.
-        changed = input_ids.clone()
-        changed[:, -1] = (changed[:, -1] + 1) % self.vocab_size
-        other = model(changed, attention_mask=input_mask, token_type_ids=token_type_ids)
-        torch.testing.assert_close(other.logits[:, :-1], result.logits[:, :-1])
-
-    def create_and_check_for_question_answering(self, config, input_ids, token_type_ids, input_mask, *args):
-        sequence_labels = args[0]
-        model = GMLPForQuestionAnswering(config).to(torch_device).eval()
-        result = model(
-            input_ids,
-            attention_mask=input_mask,
-            token_type_ids=token_type_ids,
-            start_positions=sequence_labels,
-            end_positions=sequence_labels,
-        )
-        self.parent.assertEqual(result.start_logits.shape, (self.batch_size, self.seq_length))
-        self.parent.assertEqual(result.end_logits.shape, (self.batch_size, self.seq_length))
-
-    def create_and_check_for_sequence_classification(self, config, input_ids, token_type_ids, input_mask, *args):
-        sequence_labels = args[0]
-        model = GMLPForSequenceClassification(config).to(torch_device).eval()
-        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids, labels=sequence_labels)
-        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.num_labels))
-
-    def create_and_check_for_token_classification(self, config, input_ids, token_type_ids, input_mask, *args):
-        token_labels = args[1]
-        model = GMLPForTokenClassification(config).to(torch_device).eval()
-        result = model(input_ids, attention_mask=input_mask, token_type_ids=token_type_ids, labels=token_labels)
-        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.seq_length, self.num_labels))
-
-    def create_and_check_for_multiple_choice(self, config, input_ids, token_type_ids, input_mask, *args):
-        choice_labels = args[2]
-        model = GMLPForMultipleChoice(config).to(torch_device).eval()
-
-        def per_choice(tensor):
-            return tensor.unsqueeze(1).expand(-1, self.num_choices, -1).contiguous()
-
-        result = model(
-            per_choice(input_ids),
-            attention_mask=per_choice(input_mask),
-            token_type_ids=per_choice(token_type_ids),
-            labels=choice_labels,
-        )
-        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.num_choices))
+        input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
+        attention_mask = random_attention_mask([self.batch_size, self.seq_length])
+        token_type_ids = ids_tensor([self.batch_size, self.seq_length], self.type_vocab_size)
+        inputs_dict = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+        return self.get_config(), inputs_dict
 
 
 @require_torch
@@ -250,25 +182,6 @@ class GMLPModelTest(ModelTesterMixin, unittest.TestCase):
     def test_config(self):
         self.config_tester.run_common_tests()
 
-    def test_model(self):
-        config_and_inputs = self.model_tester.prepare_config_and_inputs()
-        self.model_tester.create_and_check_model(*config_and_inputs)
-
-    def test_for_masked_lm(self):
-        self.model_tester.create_and_check_for_masked_lm(*self.model_tester.prepare_config_and_inputs())
-
-    def test_for_question_answering(self):
-        self.model_tester.create_and_check_for_question_answering(*self.model_tester.prepare_config_and_inputs())
-
-    def test_for_sequence_classification(self):
-        self.model_tester.create_and_check_for_sequence_classification(*self.model_tester.prepare_config_and_inputs())
-
-    def test_for_token_classification(self):
-        self.model_tester.create_and_check_for_token_classification(*self.model_tester.prepare_config_and_inputs())
-
-    def test_for_multiple_choice(self):
-        self.model_tester.create_and_check_for_multiple_choice(*self.model_tester.prepare_config_and_inputs())
-
 
 class AMLPModelTest(GMLPModelTest):
     """aMLP: gMLP with a single-head tiny attention in every gate.
@@ -286,7 +199,7 @@ class AMLPModelTest(GMLPModelTest):
 class GMLPForCausalLMModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestCase):
     """The causal model (`is_decoder=True`: lower-triangular W) and its base, with `generate`."""
 
-    # The causal base model is checked by `test_model` and as the causal LM's `gmlp`.
+    # The causal base model is checked as the causal LM's `gmlp`.
     all_model_classes = (GMLPForCausalLM,)
     tiny_attention_size = 0
     is_decoder = True
@@ -295,16 +208,6 @@ class GMLPForCausalLMModelTest(ModelTesterMixin, GenerationTesterMixin, unittest
     has_attentions = GMLPModelTest.has_attentions
     setUp = GMLPModelTest.setUp
     test_config = GMLPModelTest.test_config
-    test_model = GMLPModelTest.test_model
-
-    def test_for_causal_lm(self):
-        self.model_tester.create_and_check_for_causal_lm(*self.model_tester.prepare_config_and_inputs())
-
-    def test_causal_lm_requires_is_decoder(self):
-        config = self.model_tester.get_config()
-        config.is_decoder = False
-        with self.assertRaisesRegex(ValueError, "is_decoder=True"):
-            GMLPForCausalLM(config)
 
 
 class AMLPForCausalLMModelTest(GMLPForCausalLMModelTest):

@@ -20,10 +20,15 @@ PEFT_SIZES = {
     "spatial_init_eps": 1e-3,
     "attention_probs_dropout_prob": 0.1,
 }
-INPUTS = {
-    "input_ids": torch.tensor([[2, 7, 9, 11, 3, 0], [2, 5, 6, 3, 0, 0]]),
-    "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]]),
-}
+# Every test builds its models and inputs on the selected device (conftest.py's --device).
+pytestmark = pytest.mark.usefixtures("on_device")
+
+
+def example_inputs():
+    return {
+        "input_ids": torch.tensor([[2, 7, 9, 11, 3, 0], [2, 5, 6, 3, 0, 0]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]]),
+    }
 
 
 @pytest.fixture
@@ -60,14 +65,15 @@ def test_adapter_reloads_to_identical_logits_and_merges(lora, mlm_checkpoint, tm
     assert any("classifier.modules_to_save" in name and "dense" in name for name in trainable)
     if "target_parameters" in lora:
         assert any("spatial_proj.lora_" in name for name in trainable)
+    inputs = example_inputs()
     with torch.no_grad():
-        expected = model(**INPUTS).logits
+        expected = model(**inputs).logits
     model.save_pretrained(tmp_path / "adapter")
 
     base = GMLPForSequenceClassification.from_pretrained(mlm_checkpoint, num_labels=3)  # a freshly random head...
     reloaded = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(**INPUTS).logits, expected)  # ...replaced by the saved one
+        torch.testing.assert_close(reloaded(**inputs).logits, expected)  # ...replaced by the saved one
         merged = reloaded.merge_and_unload()
         assert not any("lora_" in name for name, _ in merged.named_parameters())
-        torch.testing.assert_close(merged(**INPUTS).logits, expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(merged(**inputs).logits, expected, rtol=1e-5, atol=1e-5)

@@ -88,11 +88,6 @@ def test_text_classification_pipeline_returns_the_softmax_of_the_logits(tiny_con
         assert by_label["positive"] == pytest.approx(probabilities[1].item(), rel=1e-5)
 
 
-def test_sentence_pairs_use_token_types(tokenizer):
-    encoded = tokenizer("who sat", "the cat sat")
-    assert encoded["token_type_ids"] == [0, 0, 0, 0, 1, 1, 1, 1]
-
-
 def test_token_classification_pipeline_labels_every_word(tiny_config, tokenizer):
     config = tiny_config(
         PIPELINE_SIZES,

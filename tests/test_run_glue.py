@@ -4,21 +4,19 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import tiny_run
 
 import run_glue
 from gmlp.tasks.glue import GLUE_TASKS, get_task, load_glue_dir
-from gmlp.tokenization_gmlp import train_tokenizer
 
-TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=32,hidden_dropout_prob=0"
 GOOD = ["a great and moving film", "wonderful acting and a fine story", "i loved every minute", "a warm funny delight"]
 BAD = ["a dull and boring mess", "terrible acting and a weak plot", "i hated every minute", "a cold tedious bore"]
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(iter((GOOD + BAD) * 5), vocab_size=120, min_frequency=1).save_pretrained(path)
-    return str(path)
+def tokenizer_dir(make_tokenizer):
+    """A tokenizer that knows the reviews' words (conftest.py's make_tokenizer)."""
+    return make_tokenizer((GOOD + BAD) * 5)
 
 
 def write_tsv(path: Path, header: str | None, rows: list[str]) -> None:
@@ -47,28 +45,18 @@ def mnli_dir(root: Path) -> Path:
     return root
 
 
-def glue_args(tokenizer_dir, output_dir, *extra):
-    return [
-        "--config_name",
-        "gmlp-tiny",
-        "--config_overrides",
-        TINY,
-        "--tokenizer_name",
-        tokenizer_dir,
-        "--output_dir",
-        str(output_dir),
-        "--max_steps",
-        "3",
-        "--per_device_train_batch_size",
-        "4",
-        "--learning_rate",
-        "1e-3",
-        "--report_to",
-        "none",
-        "--save_strategy",
-        "no",
+def glue_args(tokenizer_dir, output_dir, *extra, **options):
+    """A tiny run of 3 steps (helpers.tiny_run), then `options` as flags and the `extra` arguments."""
+    return tiny_run(
+        output_dir,
         *extra,
-    ]
+        tokenizer=tokenizer_dir,
+        overrides={"hidden_dropout_prob": 0},
+        max_steps=3,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        **options,
+    )
 
 
 def test_sst2_from_a_glue_folder_trains_evaluates_and_predicts(tmp_path, tokenizer_dir):
@@ -78,13 +66,11 @@ def test_sst2_from_a_glue_folder_trains_evaluates_and_predicts(tmp_path, tokeniz
         glue_args(
             tokenizer_dir,
             output_dir,
-            "--task_name",
-            "SST-2",
-            "--glue_dir",
-            str(glue_dir),
-            "--do_train",
-            "--do_eval",
-            "--do_predict",
+            task_name="SST-2",
+            glue_dir=glue_dir,
+            do_train=True,
+            do_eval=True,
+            do_predict=True,
         )
     )
     results = json.loads((output_dir / "all_results.json").read_text())
@@ -101,14 +87,7 @@ def test_mnli_evaluates_matched_and_mismatched(tmp_path, tokenizer_dir):
     output_dir = tmp_path / "out"
     run_glue.main(
         glue_args(
-            tokenizer_dir,
-            output_dir,
-            "--task_name",
-            "mnli",
-            "--glue_dir",
-            str(mnli_dir(tmp_path)),
-            "--do_train",
-            "--do_eval",
+            tokenizer_dir, output_dir, task_name="mnli", glue_dir=mnli_dir(tmp_path), do_train=True, do_eval=True
         )
     )
     results = json.loads((output_dir / "eval_results.json").read_text())
@@ -120,17 +99,9 @@ def test_custom_csv_regression_reports_pearson_and_spearman(tmp_path, tokenizer_
     lines = ["sentence1,sentence2,label"] + [f"{GOOD[i % 4]},{BAD[i % 4]},{i % 5}.5" for i in range(16)]
     (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
     output_dir = tmp_path / "out"
+    train = tmp_path / "train.csv"
     run_glue.main(
-        glue_args(
-            tokenizer_dir,
-            output_dir,
-            "--train_file",
-            str(tmp_path / "train.csv"),
-            "--validation_file",
-            str(tmp_path / "train.csv"),
-            "--do_train",
-            "--do_eval",
-        )
+        glue_args(tokenizer_dir, output_dir, train_file=train, validation_file=train, do_train=True, do_eval=True)
     )
     results = json.loads((output_dir / "eval_results.json").read_text())
     assert {"eval_pearson", "eval_spearmanr"} <= set(results)
@@ -149,12 +120,10 @@ def test_custom_json_labels_are_the_training_labels(tmp_path, tokenizer_dir):
             glue_args(
                 tokenizer_dir,
                 tmp_path / "out",
-                "--train_file",
-                str(tmp_path / "train.jsonl"),
-                "--validation_file",
-                str(tmp_path / "dev.jsonl"),
-                "--do_train",
-                "--do_eval",
+                train_file=tmp_path / "train.jsonl",
+                validation_file=tmp_path / "dev.jsonl",
+                do_train=True,
+                do_eval=True,
             )
         )
 
@@ -187,14 +156,12 @@ def test_bad_glue_input_stops_early(tmp_path, tokenizer_dir, setup, args, messag
     if setup == "columns":
         write_tsv(glue_dir / "SST-2" / "train.tsv", "text\tlabel", ["fine\t1"])
     with pytest.raises((ValueError, FileNotFoundError), match=message):
-        run_glue.main(glue_args(tokenizer_dir, tmp_path / "out", "--glue_dir", str(glue_dir), "--do_train", *args))
+        run_glue.main(glue_args(tokenizer_dir, tmp_path / "out", *args, glue_dir=glue_dir, do_train=True))
 
 
 def test_missing_data_file_names_the_flag(tmp_path, tokenizer_dir):
     with pytest.raises(FileNotFoundError, match=r"missing.csv' does not exist; check the --train_file path"):
-        run_glue.main(
-            glue_args(tokenizer_dir, tmp_path / "out", "--train_file", str(tmp_path / "missing.csv"), "--do_train")
-        )
+        run_glue.main(glue_args(tokenizer_dir, tmp_path / "out", train_file=tmp_path / "missing.csv", do_train=True))
 
 
 def test_glue_dir_reader_gives_the_hub_columns_and_labels(tmp_path):

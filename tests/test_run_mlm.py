@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import tiny_run
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 import run_mlm
@@ -15,7 +16,6 @@ from gmlp.tasks import run_mlm as run_mlm_script
 from gmlp.tasks.mlm import DEFAULT_TRAIN_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=32,vocab_size=300"
 SUBJECTS = ["the cat", "a dog", "the old man", "my sister", "the king", "a small bird"]
 VERBS = ["sat on", "looked at", "walked to", "thought about", "sang to", "ran past"]
 OBJECTS = ["the garden", "a red house", "the river", "the castle", "an open window", "the green hill"]
@@ -32,37 +32,22 @@ def write_corpus(path: Path, lines: int, offset: int = 0) -> Path:
 
 
 def mlm_args(tmp_path: Path, output_dir: Path, *extra: str) -> list[str]:
-    train = write_corpus(tmp_path / "train.txt", 60)
-    validation = write_corpus(tmp_path / "validation.txt", 12, offset=3)
-    return [
-        "--config_name",
-        "gmlp-tiny",
-        "--config_overrides",
-        TINY,
-        "--train_file",
-        str(train),
-        "--validation_file",
-        str(validation),
-        "--output_dir",
-        str(output_dir),
-        "--do_train",
-        "--do_eval",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "4",
-        "--per_device_eval_batch_size",
-        "4",
-        "--learning_rate",
-        "1e-3",
-        "--report_to",
-        "none",
-        "--save_strategy",
-        "no",
-        "--seed",
-        "7",
+    """A tiny run from scratch (helpers.tiny_run; the tokenizer trained on the training file, of at most 300
+    tokens) on 60 training and 12 validation sentences."""
+    return tiny_run(
+        output_dir,
         *extra,
-    ]
+        overrides={"vocab_size": 300},
+        train_file=write_corpus(tmp_path / "train.txt", 60),
+        validation_file=write_corpus(tmp_path / "validation.txt", 12, offset=3),
+        do_train=True,
+        do_eval=True,
+        max_seq_length=32,
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        learning_rate=1e-3,
+        seed=7,
+    )
 
 
 def test_pretrains_from_text_files_and_predicts_a_mask(tmp_path, capsys):

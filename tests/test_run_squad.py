@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import tiny_run
 
 import run_squad
 from gmlp.tasks.metrics import load_metric
@@ -13,9 +14,7 @@ from gmlp.tasks.squad import (
     prepare_train_features,
     prepare_validation_features,
 )
-from gmlp.tokenization_gmlp import train_tokenizer
 
-TINY = "num_hidden_layers=2,hidden_size=32,intermediate_size=64,max_position_embeddings=48,hidden_dropout_prob=0"
 CONTEXTS = [
     "the red fox lives in the green forest near the old river and eats small birds every day",
     "the king built a tall castle on the hill in the year one thousand and sang to his sister",
@@ -58,43 +57,28 @@ def squad_file(path, version_2=False):
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tokenizer")
+def tokenizer_dir(make_tokenizer):
+    """A tokenizer that knows the paragraphs' and the questions' words (conftest.py's make_tokenizer)."""
     texts = CONTEXTS * 5 + [question for _, question, _ in QAS] * 5 + ["what is the colour of the sky"]
-    train_tokenizer(iter(texts), vocab_size=150, min_frequency=1).save_pretrained(path)
-    return str(path)
+    return make_tokenizer(texts, vocab_size=150)
 
 
 def squad_args(tokenizer_dir, data, output_dir, *extra):
-    return [
-        "--config_name",
-        "gmlp-tiny",
-        "--config_overrides",
-        TINY,
-        "--tokenizer_name",
-        tokenizer_dir,
-        "--train_file",
-        str(data),
-        "--validation_file",
-        str(data),
-        "--output_dir",
-        str(output_dir),
-        "--do_train",
-        "--do_eval",
-        "--max_steps",
-        "3",
-        "--max_seq_length",
-        "24",
-        "--doc_stride",
-        "6",
-        "--per_device_train_batch_size",
-        "4",
-        "--report_to",
-        "none",
-        "--save_strategy",
-        "no",
+    """A tiny run of 3 steps on `data` (helpers.tiny_run), n = 48, windows of 24 tokens."""
+    return tiny_run(
+        output_dir,
         *extra,
-    ]
+        tokenizer=tokenizer_dir,
+        overrides={"max_position_embeddings": 48, "hidden_dropout_prob": 0},
+        train_file=data,
+        validation_file=data,
+        do_train=True,
+        do_eval=True,
+        max_steps=3,
+        max_seq_length=24,
+        doc_stride=6,
+        per_device_train_batch_size=4,
+    )
 
 
 @pytest.mark.parametrize("version_2", [False, True])

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import CONTEXT, SCRIPT_SIZES, config_overrides, rotated_lines, tiny_run, write
 from PIL import Image
-from sample_text import rotated_lines
 from transformers import AutoTokenizer, DataCollatorWithPadding, Trainer, TrainingArguments, default_data_collator
 
 import run_glue
@@ -33,18 +33,13 @@ from gmlp.tasks.training import CheckedCollator
 from gmlp.tokenization_gmlp import main as tokenizer_command
 from gmlp.tokenization_gmlp import train_tokenizer
 
-SIZES = {"num_hidden_layers": 2, "hidden_size": 32, "intermediate_size": 64, "max_position_embeddings": 32}
-TINY = ",".join(f"{key}={value}" for key, value in SIZES.items())
+# The scripts' tiny model (helpers.SCRIPT_SIZES), as a config and as --config_overrides; the tokenizer of these tests
+# is conftest.py's tokenizer_dir (script_tokenizer, loaded).
+SIZES = SCRIPT_SIZES
+TINY = config_overrides()
 MRPC_LABELS = {0: "not_equivalent", 1: "equivalent"}  # GLUE's order, which is not the alphabetical one
 COMMON = ["--report_to", "none", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4"]
 TRAIN_ONE_STEP = ["--do_train", "--max_steps", "1", "--save_strategy", "no"]
-CONTEXT = "the red fox lives in the green forest near the old river and eats small birds every day"
-
-
-def write(path: Path, content: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
-    return path
 
 
 def csv_file(path: Path, rows) -> Path:
@@ -52,20 +47,13 @@ def csv_file(path: Path, rows) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tokenizer")
-    train_tokenizer(iter(rotated_lines(20) + [CONTEXT] * 3), vocab_size=120, min_frequency=1).save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def mrpc_checkpoint(tmp_path_factory, tokenizer_dir):
+def mrpc_checkpoint(tmp_path_factory, script_tokenizer):
     """A classifier with MRPC's label map, and 20 sentences labelled with its own predictions (both labels)."""
     path = tmp_path_factory.mktemp("mrpc")
     torch.manual_seed(0)
     config = GMLPConfig(vocab_size=120, id2label=MRPC_LABELS, hidden_dropout_prob=0.0, spatial_init_eps=16.0, **SIZES)
     model = GMLPForSequenceClassification(config).eval()
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer = script_tokenizer
     inputs = tokenizer(rotated_lines(20), padding=True, return_tensors="pt")
     with torch.no_grad():
         margins = model(**inputs).logits.diff(dim=-1).squeeze(-1)
@@ -142,14 +130,18 @@ def test_ignore_mismatched_sizes_trains_a_new_head_with_the_datas_labels(mrpc_ch
 
 # ---- 2. --overwrite_output_dir is a fresh run; a resume says when its checkpoint's settings differ ------------------
 def mlm(tokenizer_dir, tmp_path, *extra):
-    train = write(tmp_path / "train.txt", "\n".join(rotated_lines(40)) + "\n")
-    return [
-        *f"--config_name gmlp-tiny --config_overrides {TINY},vocab_size=120 --tokenizer_name {tokenizer_dir}".split(),
-        *f"--train_file {train} --output_dir {tmp_path / 'out'} --do_train --max_seq_length 16".split(),
-        *["--save_strategy", "steps", "--save_steps", "1"],
+    return tiny_run(
+        tmp_path / "out",
         *COMMON,
         *extra,
-    ]
+        tokenizer=tokenizer_dir,
+        overrides={"vocab_size": 120},
+        train_file=write(tmp_path / "train.txt", "\n".join(rotated_lines(40)) + "\n"),
+        do_train=True,
+        max_seq_length=16,
+        save_strategy="steps",
+        save_steps=1,
+    )
 
 
 def test_overwrite_removes_the_earlier_runs_checkpoints_so_a_resume_continues_this_run(
@@ -215,9 +207,9 @@ def squad_json(with_answers: bool) -> str:
 
 
 @pytest.mark.parametrize("with_answers", [False, True], ids=["questions only", "with answers"])
-def test_run_squad_predicts_a_test_file_alone(tokenizer_dir, tmp_path, with_answers):
+def test_run_squad_predicts_a_test_file_alone(script_tokenizer, tmp_path, with_answers):
     GMLPForQuestionAnswering(GMLPConfig(vocab_size=120, **SIZES)).save_pretrained(tmp_path / "qa")
-    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(tmp_path / "qa")
+    script_tokenizer.save_pretrained(tmp_path / "qa")
     test = write(tmp_path / "test.json", squad_json(with_answers))
     out = tmp_path / "out"
     run_squad.main(
@@ -283,13 +275,16 @@ def test_an_unlabelled_test_file_is_predicted(mrpc_checkpoint, tmp_path):
 
 # ---- 6. the last unclear errors, and choices the user should see ----------------------------------------------------
 def glue_scratch(tokenizer_dir, tmp_path, data, overrides=TINY, *extra):
-    return [
-        *f"--config_name gmlp-tiny --config_overrides {overrides} --tokenizer_name {tokenizer_dir}".split(),
-        *f"--train_file {data} --output_dir {tmp_path / 'out'} --max_seq_length 16".split(),
+    return tiny_run(
+        tmp_path / "out",
         *TRAIN_ONE_STEP,
         *COMMON,
         *extra,
-    ]
+        tokenizer=tokenizer_dir,
+        config_overrides=overrides,
+        train_file=data,
+        max_seq_length=16,
+    )
 
 
 LABELLED = [(line, i % 2) for i, line in enumerate(rotated_lines(8))]
@@ -301,21 +296,21 @@ SCRIPT_ERRORS = {
     "a model vocabulary smaller than the tokenizer's": (
         "train.csv",
         LABELLED,
-        f"{TINY},vocab_size=50",
+        config_overrides(vocab_size=50),
         [],
         r"The tokenizer has 11\d tokens but the model's vocabulary only 50 \(vocab_size\)",
     ),
     "layer_norm_eps=-1": (
         "train.csv",
         LABELLED,
-        f"{TINY},layer_norm_eps=-1",
+        config_overrides(layer_norm_eps=-1),
         [],
         r"`layer_norm_eps` must be positive",
     ),
     "max_position_embeddings=1": (
         "train.csv",
         LABELLED,
-        TINY.replace("max_position_embeddings=32", "max_position_embeddings=1"),
+        config_overrides(max_position_embeddings=1),
         [],
         r"`max_position_embeddings` \(the spatial size n\) must be at least 2",
     ),
@@ -361,7 +356,7 @@ SCRIPT_LOGS = {
         lambda tokenizer_dir, tmp_path: mlm(
             tokenizer_dir,
             tmp_path,
-            *f"--max_steps 1 --save_strategy no --config_overrides {TINY},vocab_size=300".split(),
+            *f"--max_steps 1 --save_strategy no --config_overrides {config_overrides(vocab_size=300)}".split(),
         ),
         r"vocab_size set to the tokenizer's 11\d tokens \(the config had 300\)",
     ),
@@ -421,8 +416,8 @@ def test_the_cards_snippet_loads_model_and_tokenizer_without_gmlp_and_without_a_
 
 
 # ---- issue 21, part 4: labels and token ids are checked on the CPU, before the device -------------------------------
-def test_the_collator_checks_ids_before_the_model_sees_them(tokenizer_dir, tmp_path, monkeypatch):
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+def test_the_collator_checks_ids_before_the_model_sees_them(script_tokenizer, tmp_path, monkeypatch):
+    tokenizer = script_tokenizer
     examples = [{**tokenizer(text), "label": label} for text, label in [("the cat", 1), ("a dog", 5)]]
     collate = CheckedCollator(DataCollatorWithPadding(tokenizer), input_ids=120, labels=2)
     with pytest.raises(

@@ -11,6 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from helpers import assert_close, seeded
 from PIL import Image
 from timm_without_torchvision import import_timm as _import_timm
 from transformers import (
@@ -32,9 +33,14 @@ from gmlp.convert_timm import (
 from gmlp.convert_timm import main as convert_main
 from gmlp.tasks.image_classification import image_processor_for, load_digits_dataset
 
+# The model's tests build their models and inputs on the selected device (conftest.py's --device); those marked
+# cpu_only are about files, processors, pipelines and timm's reference, on the CPU.
+pytestmark = pytest.mark.usefixtures("on_device")
+TIMM_ON_THE_CPU = pytest.mark.cpu_only("timm's reference model and the checkpoint conversion run on the CPU")
 
-def images(batch=2, size=16, seed=0):
-    return torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(seed))
+
+def images(batch=2, size=16, seed=0, dtype=torch.float32):
+    return seeded(torch.randn, batch, 3, size, size, seed=seed).to(dtype)
 
 
 # Table 1 of the paper: #L, d_model, d_ffn, Params (M), survival probability. The counts include the 1000-class
@@ -89,9 +95,9 @@ def test_unknown_preset_names_the_choices():
         GMLPVisionConfig.from_preset("gmlp-h14")
 
 
-def test_patch_stem_is_a_linear_map_of_each_patch_in_row_major_order(tiny_vision_config):
-    model = GMLPVisionModel(tiny_vision_config()).eval()
-    pixels = images(1)
+def test_patch_stem_is_a_linear_map_of_each_patch_in_row_major_order(tiny_vision_config, dtype):
+    model = GMLPVisionModel(tiny_vision_config()).eval().to(dtype)
+    pixels = images(1, dtype=dtype)
     tokens = model.embeddings(pixels)
     assert tokens.shape == (1, 16, 32)
     weight, bias = model.embeddings.projection.weight, model.embeddings.projection.bias
@@ -99,20 +105,22 @@ def test_patch_stem_is_a_linear_map_of_each_patch_in_row_major_order(tiny_vision
         row, column = divmod(index, 4)
         patch = pixels[0, :, 4 * row : 4 * row + 4, 4 * column : 4 * column + 4]
         expected = weight.flatten(1) @ patch.flatten() + bias
-        torch.testing.assert_close(tokens[0, index], expected, atol=1e-5, rtol=1e-5)
+        assert_close(tokens[0, index], expected, atol=1e-5, rtol=1e-5)
 
 
-def test_pooled_output_is_the_mean_of_the_final_normed_patches_and_logits_a_linear_head(tiny_vision_config):
-    model = GMLPForImageClassification(tiny_vision_config()).eval()
+def test_pooled_output_is_the_mean_of_the_final_normed_patches_and_logits_a_linear_head(tiny_vision_config, dtype):
+    model = GMLPForImageClassification(tiny_vision_config()).eval().to(dtype)
     with torch.no_grad():
-        outputs = model(images(), output_hidden_states=True)
-        base = model.gmlp(images())
+        outputs = model(images(dtype=dtype), output_hidden_states=True)
+        base = model.gmlp(images(dtype=dtype))
     assert outputs.logits.shape == (2, 3)
     assert len(outputs.hidden_states) == 3
-    torch.testing.assert_close(base.pooler_output, base.last_hidden_state.mean(dim=1))
-    torch.testing.assert_close(outputs.logits, model.classifier(base.pooler_output))
-    normed = base.last_hidden_state
-    torch.testing.assert_close(normed.mean(-1), torch.zeros(2, 16), atol=1e-5, rtol=0)
+    assert_close(base.pooler_output, base.last_hidden_state.mean(dim=1))
+    assert_close(outputs.logits, model.classifier(base.pooler_output))
+    normed = base.last_hidden_state.float()
+    torch.testing.assert_close(
+        normed.mean(-1), torch.zeros(2, 16), atol=1e-5 if dtype == torch.float32 else 2e-2, rtol=0
+    )
 
 
 def test_patches_mix_only_through_the_spatial_weights(tiny_vision_config):
@@ -131,7 +139,7 @@ def test_patches_mix_only_through_the_spatial_weights(tiny_vision_config):
 
 def test_stochastic_depth_drops_whole_samples_and_rescales_the_kept_ones(tiny_vision_config):
     layer = GMLPVisionModel(tiny_vision_config(drop_path_rate=0.5)).encoder.layer[0]
-    hidden = torch.randn(64, 16, 32, generator=torch.Generator().manual_seed(1))
+    hidden = seeded(torch.randn, 64, 16, 32, seed=1)
     with torch.no_grad():
         update = layer.eval()(hidden) - hidden
         torch.manual_seed(0)
@@ -157,6 +165,14 @@ def test_labels_give_the_cross_entropy_loss(tiny_vision_config):
     labels = torch.tensor([2, 0])
     outputs = model(images(), labels=labels)
     torch.testing.assert_close(outputs.loss, torch.nn.functional.cross_entropy(outputs.logits, labels))
+
+
+@pytest.mark.cpu_only(
+    "the model checks labels on the CPU only, by design; on every device the scripts' collator checks them: "
+    "tests/test_devices.py"
+)
+def test_labels_out_of_range_are_a_clear_error(tiny_vision_config):
+    model = GMLPForImageClassification(tiny_vision_config()).eval()
     with pytest.raises(ValueError, match=r"labels must be in \[0, 2\]"):
         model(images(), labels=torch.tensor([3, 0]))
 
@@ -196,6 +212,7 @@ REMOTE_LOAD = textwrap.dedent(
 
 
 @pytest.mark.e2e
+@pytest.mark.cpu_only("a fresh interpreter loads the checkpoint, on the CPU")
 def test_remote_code_loads_without_the_package(tiny_vision_config, tmp_path):
     model = GMLPForImageClassification(tiny_vision_config()).eval()
     model.save_pretrained(tmp_path / "checkpoint")
@@ -222,6 +239,7 @@ def test_remote_code_loads_without_the_package(tiny_vision_config, tmp_path):
         torch.testing.assert_close(result["logits"], model(images()).logits)
 
 
+@pytest.mark.cpu_only("the image processor and the pipeline run on the CPU")
 def test_image_processor_and_pipeline(tiny_vision_config, tmp_path):
     config = tiny_vision_config(id2label={0: "cat", 1: "dog", 2: "fox"}, label2id={"cat": 0, "dog": 1, "fox": 2})
     model = GMLPForImageClassification(config).eval()
@@ -271,6 +289,7 @@ def randomize(model, seed=0):
     return model.eval()
 
 
+@TIMM_ON_THE_CPU
 def test_converted_timm_gmlp_s16_gives_timm_logits():
     timm = import_timm()
     reference = randomize(timm.create_model("gmlp_s16_224", pretrained=False))
@@ -306,6 +325,7 @@ def tiny_timm_gmlp(timm):
     )
 
 
+@TIMM_ON_THE_CPU
 def test_config_and_state_dict_from_a_small_timm_model():
     reference = tiny_timm_gmlp(import_timm())
     state_dict = reference.state_dict()
@@ -326,12 +346,14 @@ def test_config_and_state_dict_from_a_small_timm_model():
         )
 
 
+@TIMM_ON_THE_CPU
 def test_converter_rejects_other_timm_models():
     with pytest.raises(ValueError, match="Not a timm gMLP classifier state dict: it has no stem.proj.weight"):
         config_from_timm_state_dict({"patch_embed.proj.weight": torch.zeros(1)})
 
 
 @pytest.mark.e2e
+@TIMM_ON_THE_CPU
 def test_convert_command_line_writes_a_pipeline_ready_checkpoint(tmp_path):
     reference = tiny_timm_gmlp(import_timm())
     torch.save(reference.state_dict(), tmp_path / "timm.pth")
@@ -349,6 +371,7 @@ def test_convert_command_line_writes_a_pipeline_ready_checkpoint(tmp_path):
     assert len(predictions) == 5 and sum(p["score"] for p in predictions) == pytest.approx(1.0, abs=1e-5)
 
 
+@TIMM_ON_THE_CPU
 def test_timm_image_processor_resizes_to_size_over_crop_pct_then_centre_crops():
     # 32 / 0.875 = 36: an image already 36 pixels on its shorter side is only centre-cropped and normalised.
     image = np.random.default_rng(0).integers(0, 256, size=(36, 44, 3), dtype=np.uint8)
@@ -360,6 +383,7 @@ def test_timm_image_processor_resizes_to_size_over_crop_pct_then_centre_crops():
     assert larger.shape == (1, 3, 32, 32)
 
 
+@pytest.mark.cpu_only("a data set, no model")
 def test_digits_dataset_is_a_stratified_split_of_rgb_images():
     digits = load_digits_dataset()
     assert (len(digits["train"]), len(digits["validation"])) == (1437, 360)
@@ -375,6 +399,7 @@ def test_digits_dataset_is_a_stratified_split_of_rgb_images():
 
 
 @pytest.mark.e2e
+@pytest.mark.cpu_only("a whole run of the script, on the CPU")
 def test_run_image_classification_trains_a_tiny_model_on_digits(tmp_path):
     metrics = run_image_classification.main(
         [

@@ -5,7 +5,7 @@ import pytest
 import torch
 from PIL import Image
 
-from gmlp import GMLPConfig, GMLPForImageClassification, GMLPForMaskedLM, GMLPVisionConfig
+from gmlp import GMLPForImageClassification, GMLPForMaskedLM, GMLPVisionConfig
 from gmlp.visualize import default_patches, main, visualize
 
 pytest.importorskip("matplotlib")
@@ -17,18 +17,14 @@ def assert_is_a_drawing(path, min_width):
     assert picture.min() < 100 and picture.max() > 200  # ink on white, not a blank page
 
 
+# The sizes of these tests' text models, over the tiny defaults (conftest.py): n = 9.
+TEXT_SIZES = {"vocab_size": 40, "hidden_size": 16, "intermediate_size": 32, "max_position_embeddings": 9}
+
+
 @pytest.fixture
-def text_checkpoint(tmp_path):
+def text_checkpoint(tmp_path, tiny_config):
     """A Toeplitz MLM whose layer l has w[k] = (l + 1) * k: W[i, j] = (l + 1) * (i - j + n - 1)."""
-    config = GMLPConfig(
-        vocab_size=40,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=3,
-        max_position_embeddings=9,
-        spatial_weight_type="toeplitz",
-    )
-    model = GMLPForMaskedLM(config)
+    model = GMLPForMaskedLM(tiny_config(TEXT_SIZES, num_hidden_layers=3, spatial_weight_type="toeplitz"))
     with torch.no_grad():
         for index, layer in enumerate(model.gmlp.encoder.layer):
             layer.sgu.spatial_proj.weight.copy_((index + 1) * torch.arange(17.0)[None])
@@ -44,17 +40,8 @@ def test_text_filters_are_the_middle_rows_of_w(text_checkpoint, tmp_path):
     assert_is_a_drawing(tmp_path / "text.png", min_width=300)
 
 
-def test_causal_text_filters_see_only_the_past(tmp_path):
-    config = GMLPConfig(
-        vocab_size=40,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        max_position_embeddings=9,
-        is_decoder=True,
-        spatial_weight_type="dense",
-    )
-    model = GMLPForMaskedLM(config)
+def test_causal_text_filters_see_only_the_past(tmp_path, tiny_config):
+    model = GMLPForMaskedLM(tiny_config(TEXT_SIZES, num_hidden_layers=1, is_decoder=True, spatial_weight_type="dense"))
     with torch.no_grad():
         model.gmlp.encoder.layer[0].sgu.spatial_proj.weight.fill_(1.0)
     model.save_pretrained(tmp_path / "causal")

@@ -13,6 +13,7 @@ import copy
 import torch
 from transformers import GenerationConfig
 from transformers.generation import GenerateBeamDecoderOnlyOutput, GenerateDecoderOnlyOutput
+from transformers.testing_utils import torch_device
 
 
 class GenerationTesterMixin:
@@ -36,7 +37,7 @@ class GenerationTesterMixin:
     def _generative_models(self):
         for model_class in self.all_generative_model_classes:
             config, inputs = self.prepare_config_and_inputs_for_generate()
-            model = model_class(config).eval()
+            model = model_class(config).to(torch_device).eval()
             # A tiny model's generation config must not carry a checkpoint's stopping rules.
             model.generation_config = GenerationConfig(pad_token_id=config.pad_token_id, eos_token_id=None)
             yield model, inputs
