@@ -74,6 +74,9 @@ class GMLPBlockConfig(PreTrainedConfig):
     drop_path_rate: float | int = 0.0
     recompute_gating: bool = True
 
+    # The tiny attention's head size under the name tools read and set (0 for gMLP, which has no attention).
+    attribute_map = {"head_dim": "tiny_attention_size"}
+
     @property
     def gate_size(self) -> int:
         """Channels the spatial gating unit outputs: half of d_ffn for the split variant, all of it otherwise."""
@@ -86,11 +89,6 @@ class GMLPBlockConfig(PreTrainedConfig):
         """Heads of the tiny attention, the only attention in the model: 1 for aMLP (Figure 6's single head), 0 for
         gMLP. Tools that size attention or caches from the config read it (with `head_dim`)."""
         return 1 if self.tiny_attention_size else 0
-
-    @property
-    def head_dim(self) -> int:
-        """Size of the tiny attention's head: `tiny_attention_size` (0 for gMLP, which has no attention)."""
-        return self.tiny_attention_size
 
     def _validate_block(self, positive: tuple[str, ...] = ()):
         """The block's checks (and that the fields in `positive` are at least 1): called by each config's
@@ -170,9 +168,10 @@ class GMLPConfig(GMLPBlockConfig):
         pad_token_id: Id of the padding token.
         tie_word_embeddings: Tie the language-model decoder to the input embeddings.
 
-    Read-only fields that tools read: `num_attention_heads` and `head_dim` describe the tiny attention, the model's
-    only attention (1 head of `tiny_attention_size` for aMLP; 0 heads of size 0 for gMLP, which has none), and so the
-    shape `(batch, num_attention_heads, tokens, head_dim)` of the keys and values in each block's layer of a cache.
+    Fields that tools read: `num_attention_heads` (read-only) and `head_dim` (another name for
+    `tiny_attention_size`) describe the tiny attention, the model's only attention (1 head of `tiny_attention_size` for
+    aMLP; 0 heads of size 0 for gMLP, which has none), and so the shape `(batch, num_attention_heads, tokens, head_dim)`
+    of the keys and values in each block's layer of a cache.
     Each such layer also holds the block's gates (see `GMLPLayer`); `layer_types` names that layer type
     (`"spatial_gating"`) for Transformers' `DynamicCache` / `StaticCache`. The tiny attention runs through
     Transformers' attention interface: choose it with `attn_implementation` ("sdpa", the default, "eager",
