@@ -36,30 +36,27 @@ class TextClassificationTask:
         return self.label_names is None
 
 
-def glue_task(name, folder, text_columns, label_names, tsv_fields, **kwargs) -> TextClassificationTask:
-    """A GLUE task, from its folder, Hub columns, labels and TSV fields, in the order of the table below."""
-    return TextClassificationTask(name, text_columns, label_names, folder, tsv_fields, **kwargs)
-
-
 PAIR = ("sentence1", "sentence2")
 MNLI_SPLITS = {"eval_splits": ("validation_matched", "validation_mismatched")}
 MNLI_SPLITS["test_splits"] = ("test_matched", "test_mismatched")
+# Each task: its name, Hub text columns and labels, folder in GLUE's layout, and TSV fields (texts, then label).
 GLUE_TASKS = {
     task.name: task
     for task in [
-        glue_task("cola", "CoLA", ("sentence",), ("unacceptable", "acceptable"), ("sentence", "label"),
-                  headerless_fields=("source", "label", "orig_label", "sentence")),
-        glue_task("sst2", "SST-2", ("sentence",), ("negative", "positive"), ("sentence", "label")),
-        glue_task("mrpc", "MRPC", PAIR, ("not_equivalent", "equivalent"), ("#1 String", "#2 String", "Quality")),
-        glue_task("stsb", "STS-B", PAIR, None, (*PAIR, "score")),
-        glue_task("qqp", "QQP", ("question1", "question2"), ("not_duplicate", "duplicate"),
-                  ("question1", "question2", "is_duplicate")),
-        glue_task("mnli", "MNLI", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"),
-                  (*PAIR, "gold_label"), **MNLI_SPLITS),
-        glue_task("qnli", "QNLI", ("question", "sentence"), ("entailment", "not_entailment"),
-                  ("question", "sentence", "label")),
-        glue_task("rte", "RTE", PAIR, ("entailment", "not_entailment"), (*PAIR, "label")),
-        glue_task("wnli", "WNLI", PAIR, ("not_entailment", "entailment"), (*PAIR, "label")),
+        TextClassificationTask("cola", ("sentence",), ("unacceptable", "acceptable"), "CoLA", ("sentence", "label"),
+                               headerless_fields=("source", "label", "orig_label", "sentence")),
+        TextClassificationTask("sst2", ("sentence",), ("negative", "positive"), "SST-2", ("sentence", "label")),
+        TextClassificationTask("mrpc", PAIR, ("not_equivalent", "equivalent"), "MRPC",
+                               ("#1 String", "#2 String", "Quality")),
+        TextClassificationTask("stsb", PAIR, None, "STS-B", (*PAIR, "score")),
+        TextClassificationTask("qqp", ("question1", "question2"), ("not_duplicate", "duplicate"), "QQP",
+                               ("question1", "question2", "is_duplicate")),
+        TextClassificationTask("mnli", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"), "MNLI",
+                               (*PAIR, "gold_label"), **MNLI_SPLITS),
+        TextClassificationTask("qnli", ("question", "sentence"), ("entailment", "not_entailment"), "QNLI",
+                               ("question", "sentence", "label")),
+        TextClassificationTask("rte", PAIR, ("entailment", "not_entailment"), "RTE", (*PAIR, "label")),
+        TextClassificationTask("wnli", PAIR, ("not_entailment", "entailment"), "WNLI", (*PAIR, "label")),
     ]
 }  # fmt: skip
 
@@ -154,11 +151,6 @@ def encode_task_labels(dataset, task: TextClassificationTask, source: str, label
     features = dict.fromkeys(task.text_columns, datasets.Value("string"))
     features |= {"label": label, "idx": datasets.Value("int32")}
     return dataset.select_columns(list(features)).cast(datasets.Features(features))
-
-
-def encode_files(raw: datasets.DatasetDict, task: TextClassificationTask, files: dict) -> datasets.DatasetDict:
-    """The splits of `raw`, read from `files`, encoded by `encode_task_labels` (`test` unlabelled)."""
-    return datasets.DatasetDict({s: encode_task_labels(raw[s], task, files[s], s != "test") for s in raw})
 
 
 def glue_file_hint(dataset, task: TextClassificationTask | None = None) -> str:

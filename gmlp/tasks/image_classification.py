@@ -1,7 +1,6 @@
-"""Pieces of `run_image_classification.py`: scikit-learn's digits and folders of images, labels through the model's
-label map, the image processor for a gMLP vision config, the Trainer's accuracy, and the predictions file."""
+"""Pieces of `run_image_classification.py`: scikit-learn's digits, labels through the model's label map, the image
+processor for a gMLP vision config, the Trainer's accuracy, and the predictions file."""
 
-import os
 from pathlib import Path
 
 import datasets
@@ -27,13 +26,6 @@ def load_digits_dataset(validation_fraction: float = 0.2, seed: int = 0) -> data
     dataset = datasets.Dataset.from_dict({"image": images, "label": digits.target.tolist()}, features=features)
     split = dataset.train_test_split(test_size=validation_fraction, seed=seed, stratify_by_column="label")
     return datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
-
-
-def image_folder(path: str, split: str, cache_dir: str | None) -> datasets.Dataset:
-    """The images below the folder `path` (labelled by their class folders, if they are in some)."""
-    # The imagefolder builder takes file patterns, not folders: every file below the folder.
-    files = {split: os.path.join(path, "**")}
-    return datasets.load_dataset("imagefolder", data_files=files, cache_dir=cache_dir)[split]
 
 
 def label_images(raw: datasets.DatasetDict, column: str, config, model_args: ModelArguments) -> list[str]:

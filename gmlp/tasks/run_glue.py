@@ -1,6 +1,5 @@
 """Fine-tune gMLP/aMLP for sequence classification on a GLUE task (from the Hub or a local GLUE folder) or on
-your own csv/json files. Follows Transformers' examples/pytorch/text-classification/run_glue.py.
-"""
+your own csv/json files. Follows Transformers' examples/pytorch/text-classification/run_glue.py."""
 
 import dataclasses
 import logging
@@ -12,7 +11,6 @@ import numpy as np
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 from transformers.hf_argparser import HfArg
 
-import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
 from gmlp.tasks import glue, model_card, training
 from gmlp.tasks.training import ModelArguments
 
@@ -40,9 +38,9 @@ class DataTrainingArguments(training.TextDataArguments):
 
 
 def load_task_data(data_args, training_args, model_args, config):
-    """The task and its splits, with the Hub's columns: a GLUE task's labelled with GLUE's ids, custom files' as
-    read (see `label_data`). A custom task's labels are those of its first labelled file, or, with only a
-    --test_file, the model's."""
+    """The task and its splits: a GLUE task's (Hub or --glue_dir) with GLUE's label ids, local files' as read (see
+    `label_data`). A custom task's labels are those of its first labelled file, or, with only a --test_file, the
+    model's."""
     files = data_args.data_files()
     if not files:
         task = glue.get_task(data_args.task_name)
@@ -58,8 +56,7 @@ def load_task_data(data_args, training_args, model_args, config):
         raw["test"] = raw["test"].remove_columns("label")
     if data_args.task_name:  # files have one validation and one test split, MNLI's too
         task = glue.get_task(data_args.task_name)
-        task = dataclasses.replace(task, eval_splits=("validation",), test_splits=("test",))
-        return task, glue.encode_files(raw, task, files)
+        return dataclasses.replace(task, eval_splits=("validation",), test_splits=("test",)), raw
     if labelled := [split for split in raw if split != "test"]:
         return glue.custom_task(raw[labelled[0]], files[labelled[0]]), raw
     if not model_args.model_name_or_path:
@@ -70,11 +67,12 @@ def load_task_data(data_args, training_args, model_args, config):
 
 
 def label_data(raw: datasets.DatasetDict, task, label_names, data_args) -> datasets.DatasetDict:
-    """The splits with their labels as the model's ids: custom files' encoded by its label map (an unknown label is
-    an error naming its row), a GLUE task's aligned with it where its order differs from GLUE's."""
-    if data_args.task_name is None:
-        task = dataclasses.replace(task, label_names=label_names and tuple(label_names))
-        return glue.encode_files(raw, task, data_args.data_files())
+    """The splits with their labels as the model's ids (of `label_names`): local files' encoded (an unknown label is
+    an error naming its row), a GLUE task's then aligned with the model's where its order differs from GLUE's."""
+    if files := data_args.data_files():
+        if data_args.task_name is None:
+            task = dataclasses.replace(task, label_names=label_names and tuple(label_names))
+        raw = datasets.DatasetDict({s: glue.encode_task_labels(raw[s], task, files[s], s != "test") for s in raw})
     if label_names is None or list(label_names) == list(task.label_names):
         return raw
     label2id = {name: i for i, name in enumerate(label_names)}

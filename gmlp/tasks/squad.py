@@ -43,14 +43,11 @@ def load_squad_json(path: str, document=None) -> datasets.Dataset:
 
 
 def load_squad_files(data_files: dict[str, str], cache_dir: str | None = None) -> datasets.DatasetDict:
-    """SQuAD splits from local files: SQuAD's official JSON, or files with the Hub's columns that `load_data_files`
-    reads."""
+    """SQuAD splits from local files: SQuAD's official JSON, or the Hub's columns in what `load_data_files` reads."""
     splits = {}
     for split, path in data_files.items():
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"SQuAD file {path!r} does not exist; check the --{split}_file path.")
         document = None
-        if path.lower().endswith(".json"):
+        if path.lower().endswith(".json") and os.path.isfile(path):  # else `load_data_files` says what is wrong
             check_text_file(path, "The SQuAD file")
             with contextlib.suppress(json.JSONDecodeError):  # JSON lines, read below
                 document = json.loads(Path(path).read_text(encoding="utf-8"))

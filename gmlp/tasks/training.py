@@ -75,9 +75,8 @@ class TextDataArguments:
 
     def data_files(self) -> dict[str, str]:
         """The local files given, by split (`test` where the script predicts)."""
-        files = {"train": self.train_file, "validation": self.validation_file}
-        files["test"] = getattr(self, "test_file", None)
-        return {split: path for split, path in files.items() if path}
+        paths = (self.train_file, self.validation_file, getattr(self, "test_file", None))
+        return {split: path for split, path in zip(("train", "validation", "test"), paths) if path}
 
 
 @dataclass
@@ -88,8 +87,11 @@ class AnyDeviceTrainingArguments(TrainingArguments):
     overwrite_output_dir: bool = HfArg(default=False, help="Start afresh: remove --output_dir's results, checkpoints.")
 
     def __post_init__(self):
-        bf16 = self.bf16 or self.bf16_full_eval
-        if bf16 and not self.use_cpu and not transformers.utils.is_torch_bf16_gpu_available():
+        if (
+            (self.bf16 or self.bf16_full_eval)
+            and not self.use_cpu
+            and not transformers.utils.is_torch_bf16_gpu_available()
+        ):
             logger.warning("--bf16 without an accelerator: running bf16 autocast on the CPU (--use_cpu added).")
             self.use_cpu = True
         super().__post_init__()
@@ -105,10 +107,8 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: 
     types = [AnyDeviceTrainingArguments if kind is TrainingArguments else kind for kind in dataclass_types]
     parser = HfArgumentParser(types)
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        parsed = parser.parse_json_file(argv[0])
-    else:
-        parsed = parser.parse_args_into_dataclasses(args=argv)
+    json_file = len(argv) == 1 and argv[0].endswith(".json")
+    parsed = parser.parse_json_file(argv[0]) if json_file else parser.parse_args_into_dataclasses(args=argv)
     training_args = next(args for args in parsed if isinstance(args, TrainingArguments))
     setup_logging(training_args)
     transformers.set_seed(training_args.seed)
@@ -139,19 +139,15 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: 
     return tuple(parsed)
 
 
-def setup_logging(training_args: TrainingArguments) -> None:
+def setup_logging(args: TrainingArguments) -> None:
     """Log to stdout at the Trainer's per-process level (info on the main process, warnings on the others)."""
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", handlers=[logging.StreamHandler(sys.stdout)]
-    )
-    level = training_args.get_process_log_level()
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", stream=sys.stdout)
+    level = args.get_process_log_level()
     for name in ("gmlp", "__main__"):
         logging.getLogger(name).setLevel(level)
     datasets.utils.logging.set_verbosity(level)
     transformers.utils.logging.set_verbosity(level)
-    transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
-    args = training_args
     logger.warning(f"Process rank: {args.process_index}, device: {args.device}, world size: {args.world_size}")
 
 
@@ -259,10 +255,11 @@ def load_model(auto_class, model_args: ModelArguments, config, tokenizer=None):
     elif os.path.isdir(name) and (problem := weights_problem(Path(name))):
         raise ValueError(f"Cannot load --model_name_or_path {name}: {problem}.")
     else:
-        kwargs = {"config": config, "ignore_mismatched_sizes": model_args.ignore_mismatched_sizes}
-        model = from_name(
-            auto_class.from_pretrained, name, "--model_name_or_path", **kwargs, **model_args.hub_kwargs()
-        )
+        kwargs = {
+            "config": config,
+            "ignore_mismatched_sizes": model_args.ignore_mismatched_sizes,
+        } | model_args.hub_kwargs()
+        model = from_name(auto_class.from_pretrained, name, "--model_name_or_path", **kwargs)
     if tokenizer is not None and len(tokenizer) > (size := model.get_input_embeddings().num_embeddings):
         raise ValueError(
             f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {size} (vocab_size). Use the "
@@ -498,8 +495,7 @@ class RunSettings(TrainerCallback):
 
 
 def train_and_save(trainer, num_train_samples: int | None, arguments) -> None:
-    """Train (resuming if asked), save the model, and log and save the train metrics and state; `arguments` are the
-    run's argument dataclasses (see `RunSettings`)."""
+    """Train (resuming if asked), save the model, metrics and state; `arguments`: the run's dataclasses."""
     settings = RunSettings(arguments)
     trainer.add_callback(settings)
     if checkpoint := resolve_checkpoint(trainer.args):

@@ -26,10 +26,9 @@ def metric_path(name: str) -> str:
     return str(Path(__file__).parent / name / f"{name}.py")
 
 
-def load_metric(name: str, config_name: str | None = None, **kwargs) -> evaluate.EvaluationModule:
-    """The packaged metric `name` (for "glue", a GLUE task as `config_name`), loaded by `evaluate` without the Hub;
-    keyword arguments go to `evaluate.load` (e.g. `experiment_id`)."""
-    return evaluate.load(metric_path(name), config_name, **kwargs)
+def load_metric(name: str, config_name: str | None = None) -> evaluate.EvaluationModule:
+    """The packaged metric `name` (for "glue", a GLUE task as `config_name`), loaded by `evaluate` without the Hub."""
+    return evaluate.load(metric_path(name), config_name)
 
 
 def accuracy(predictions, references) -> dict:
