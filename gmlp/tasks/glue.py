@@ -4,7 +4,6 @@ it returns has the columns and label names of the Hub's `nyu-mll/glue`, whatever
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import datasets
 import numpy as np
@@ -37,8 +36,6 @@ class TextClassificationTask:
 
 
 PAIR = ("sentence1", "sentence2")
-MNLI_SPLITS = {"eval_splits": ("validation_matched", "validation_mismatched")}
-MNLI_SPLITS["test_splits"] = ("test_matched", "test_mismatched")
 # Each task: its name, Hub text columns and labels, folder in GLUE's layout, and TSV fields (texts, then label).
 GLUE_TASKS = {
     task.name: task
@@ -52,7 +49,8 @@ GLUE_TASKS = {
         TextClassificationTask("qqp", ("question1", "question2"), ("not_duplicate", "duplicate"), "QQP",
                                ("question1", "question2", "is_duplicate")),
         TextClassificationTask("mnli", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"), "MNLI",
-                               (*PAIR, "gold_label"), **MNLI_SPLITS),
+                               (*PAIR, "gold_label"), eval_splits=("validation_matched", "validation_mismatched"),
+                               test_splits=("test_matched", "test_mismatched")),
         TextClassificationTask("qnli", ("question", "sentence"), ("entailment", "not_entailment"), "QNLI",
                                ("question", "sentence", "label")),
         TextClassificationTask("rte", PAIR, ("entailment", "not_entailment"), "RTE", (*PAIR, "label")),
@@ -125,8 +123,7 @@ def encode_label(value, task: TextClassificationTask, where: str) -> int | float
 
 def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
     """An error naming the examples of `dataset` (read from `source`) whose label is empty."""
-    blank = [i for i, value in enumerate(dataset["label"]) if pd.isna(value) or str(value).strip() == ""]
-    if blank:
+    if blank := [i for i, value in enumerate(dataset["label"]) if pd.isna(value) or str(value).strip() == ""]:
         shown = ", ".join(str(index) for index in blank[:5]) + (", ..." if len(blank) > 5 else "")
         where = f"example {shown}, counting from 0 after the header"
         raise ValueError(f"{source}: {len(blank)} example(s) have an empty label ({where}). Fill in or remove them.")
@@ -207,10 +204,3 @@ def glue_compute_metrics(task_name: str | None, is_regression: bool, num_labels:
         return metric.compute(predictions=predictions, references=eval_prediction.label_ids)
 
     return compute_metrics
-
-
-def write_predictions(path: str, predictions: np.ndarray, label_names: list[str] | None) -> None:
-    """GLUE's submission format: `index<TAB>prediction`, the label name (or the score for regression)."""
-    texts = [f"{p:.3f}" if label_names is None else label_names[int(p)] for p in predictions]
-    rows = "".join(f"{i}\t{text}\n" for i, text in enumerate(texts))
-    Path(path).write_text("index\tprediction\n" + rows, encoding="utf-8")

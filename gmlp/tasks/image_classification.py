@@ -1,7 +1,5 @@
 """Pieces of `run_image_classification.py`: scikit-learn's digits, labels through the model's label map, the image
-processor for a gMLP vision config, the Trainer's accuracy, and the predictions file."""
-
-from pathlib import Path
+processor for a gMLP vision config and the Trainer's accuracy."""
 
 import datasets
 import numpy as np
@@ -61,10 +59,3 @@ def compute_accuracy(eval_prediction) -> dict:
     logits = eval_prediction.predictions
     logits = logits[0] if isinstance(logits, tuple) else logits
     return accuracy(np.argmax(logits, axis=1), eval_prediction.label_ids)
-
-
-def write_image_predictions(path: str, dataset, image_column: str, predictions, names: list[str]) -> None:
-    """`index<TAB>image<TAB>prediction` per image: its file (when known) and its predicted label."""
-    files = dataset.cast_column(image_column, datasets.Image(decode=False))[image_column]
-    rows = [f"{i}\t{file.get('path') or ''}\t{names[int(p)]}\n" for i, (file, p) in enumerate(zip(files, predictions))]
-    Path(path).write_text("index\timage\tprediction\n" + "".join(rows), encoding="utf-8")

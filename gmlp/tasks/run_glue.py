@@ -1,10 +1,9 @@
 """Fine-tune gMLP/aMLP for sequence classification on a GLUE task (from the Hub or a local GLUE folder) or on
 your own csv/json files. Follows Transformers' examples/pytorch/text-classification/run_glue.py."""
 
-import dataclasses
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import datasets
 import numpy as np
@@ -55,8 +54,7 @@ def load_task_data(data_args, training_args, model_args, config):
         # Test labels are not used; `datasets` gives a test file without them the other files' label column.
         raw["test"] = raw["test"].remove_columns("label")
     if data_args.task_name:  # files have one validation and one test split, MNLI's too
-        task = glue.get_task(data_args.task_name)
-        return dataclasses.replace(task, eval_splits=("validation",), test_splits=("test",)), raw
+        return replace(glue.get_task(data_args.task_name), eval_splits=("validation",), test_splits=("test",)), raw
     if labelled := [split for split in raw if split != "test"]:
         return glue.custom_task(raw[labelled[0]], files[labelled[0]]), raw
     if not model_args.model_name_or_path:
@@ -71,7 +69,7 @@ def label_data(raw: datasets.DatasetDict, task, label_names, data_args) -> datas
     an error naming its row), a GLUE task's then aligned with the model's where its order differs from GLUE's."""
     if files := data_args.data_files():
         if data_args.task_name is None:
-            task = dataclasses.replace(task, label_names=label_names and tuple(label_names))
+            task = replace(task, label_names=label_names and tuple(label_names))
         raw = datasets.DatasetDict({s: glue.encode_task_labels(raw[s], task, files[s], s != "test") for s in raw})
     if label_names is None or list(label_names) == list(task.label_names):
         return raw
@@ -134,8 +132,9 @@ def main(argv: list[str] | None = None) -> dict:
         predictions = np.squeeze(logits) if task.is_regression else np.argmax(logits, axis=1)
         suffix = "-mm" if name.endswith("mismatched") else ""
         path = os.path.join(training_args.output_dir, f"predict_results_{data_args.task_name or 'custom'}{suffix}.txt")
-        if trainer.is_world_process_zero():
-            glue.write_predictions(path, predictions, names)
+        if trainer.is_world_process_zero():  # GLUE's submission format: the label names, or the scores for regression
+            texts = [f"{p:.3f}" if names is None else names[int(p)] for p in predictions]
+            training.write_predictions(path, {"prediction": texts})
             logger.info(f"Wrote the {name} predictions to {path}")
     dataset = f"GLUE {data_args.task_name.upper()}" if data_args.task_name else data_args.train_file
     model_card.publish(trainer, model_args.model_name_or_path, task="text-classification", dataset=dataset)

@@ -110,9 +110,11 @@ def main(argv: list[str] | None = None) -> dict:
         training.record_metrics(trainer, "predict", {**output.metrics, "predict_samples": len(splits["test"])})
         logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
         path = os.path.join(training_args.output_dir, "predict_results.txt")
-        if trainer.is_world_process_zero():
-            column, predictions = data_args.image_column_name, logits.argmax(1)
-            images.write_image_predictions(path, splits["test"], column, predictions, label_names)
+        if trainer.is_world_process_zero():  # each image's file (when known) and predicted label
+            column = data_args.image_column_name
+            files = splits["test"].cast_column(column, datasets.Image(decode=False))[column]
+            labels = [label_names[int(p)] for p in logits.argmax(1)]
+            training.write_predictions(path, {"image": [f.get("path") or "" for f in files], "prediction": labels})
             logger.info(f"Wrote the test images' predicted labels to {path}")
     model_card.publish(trainer, model_args.model_name_or_path, "image-classification", data_args.dataset_name)
     return metrics

@@ -67,8 +67,7 @@ def main(argv: list[str] | None = None) -> dict:
         """The answers to `examples`, written (`predictions.json`, ...; `<prefix>_predictions.json` but for eval)
         and scored when the questions have answers; the metrics."""
         windows = features(examples, squad.prepare_validation_features, prefix)
-        inputs = windows.remove_columns(["example_id", "offset_mapping"])
-        output = trainer.predict(inputs, metric_key_prefix=prefix)
+        output = trainer.predict(windows.remove_columns(["example_id", "offset_mapping"]), metric_key_prefix=prefix)
         files = {"output_dir": training_args.output_dir if trainer.is_world_process_zero() else None}
         files["prefix"] = None if prefix == "eval" else prefix
         answers = squad.postprocess_qa_predictions(examples, windows, output.predictions, **files, **answer_kwargs)

@@ -2,7 +2,6 @@
 files with clear errors, label maps, checkpoints and resuming, and the bookkeeping of results."""
 
 import csv
-import dataclasses
 import difflib
 import itertools
 import json
@@ -12,7 +11,7 @@ import re
 import shutil
 import sys
 import zipfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import datasets
@@ -32,7 +31,6 @@ logger = logging.getLogger(__name__)
 
 # File extension -> `datasets` builder. GLUE's sentences contain `"`, so TSV is read unquoted.
 DATA_FILE_BUILDERS = {"txt": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json", "parquet": "parquet"}
-TSV = {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
 
 
 @dataclass
@@ -41,9 +39,7 @@ class ModelArguments:
 
     model_name_or_path: str | None = HfArg(default=None, help="A checkpoint to start from (a directory or a Hub id).")
     config_name: str | None = HfArg(
-        default=None,
-        help=f"A preset ({', '.join(PRESETS)}; for images {', '.join(VISION_PRESETS)}) or a config directory / Hub "
-        "id, to train from scratch.",
+        default=None, help=f"A new model: a preset ({', '.join(PRESETS | VISION_PRESETS)}), config folder or Hub id."
     )
     config_overrides: str | None = HfArg(default=None, help="Fields to set, e.g. num_hidden_layers=2,hidden_size=64.")
     tokenizer_name: str | None = HfArg(default=None, help="A tokenizer directory or Hub id, if not the model's.")
@@ -87,11 +83,8 @@ class AnyDeviceTrainingArguments(TrainingArguments):
     overwrite_output_dir: bool = HfArg(default=False, help="Start afresh: remove --output_dir's results, checkpoints.")
 
     def __post_init__(self):
-        if (
-            (self.bf16 or self.bf16_full_eval)
-            and not self.use_cpu
-            and not transformers.utils.is_torch_bf16_gpu_available()
-        ):
+        bf16 = self.bf16 or self.bf16_full_eval
+        if bf16 and not self.use_cpu and not transformers.utils.is_torch_bf16_gpu_available():
             logger.warning("--bf16 without an accelerator: running bf16 autocast on the CPU (--use_cpu added).")
             self.use_cpu = True
         super().__post_init__()
@@ -127,8 +120,7 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: 
         raise ValueError(no_predict)
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise ValueError("Nothing to do: pass --do_train and/or --do_eval (or --do_predict where the script has it).")
-    missing = sorted(set(training_args.report_to) - {"none", "all", *get_available_reporting_integrations()})
-    if missing:
+    if missing := sorted(set(training_args.report_to) - {"none", "all", *get_available_reporting_integrations()}):
         raise ValueError(
             f"--report_to {' '.join(missing)}: not installed. Install it (`pip install {' '.join(missing)}`) or "
             "report elsewhere (--report_to none logs to the console only)."
@@ -255,11 +247,8 @@ def load_model(auto_class, model_args: ModelArguments, config, tokenizer=None):
     elif os.path.isdir(name) and (problem := weights_problem(Path(name))):
         raise ValueError(f"Cannot load --model_name_or_path {name}: {problem}.")
     else:
-        kwargs = {
-            "config": config,
-            "ignore_mismatched_sizes": model_args.ignore_mismatched_sizes,
-        } | model_args.hub_kwargs()
-        model = from_name(auto_class.from_pretrained, name, "--model_name_or_path", **kwargs)
+        options = model_args.hub_kwargs() | {"ignore_mismatched_sizes": model_args.ignore_mismatched_sizes}
+        model = from_name(auto_class.from_pretrained, name, "--model_name_or_path", config=config, **options)
     if tokenizer is not None and len(tokenizer) > (size := model.get_input_embeddings().num_embeddings):
         raise ValueError(
             f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {size} (vocab_size). Use the "
@@ -276,8 +265,7 @@ def check_max_seq_length(max_seq_length: int | None, config, tokenizer) -> int:
     if max_seq_length > n:
         raise ValueError(
             f"--max_seq_length {max_seq_length} is larger than the model's spatial size n = max_position_embeddings "
-            f"= {n} (its spatial weights are n x n). Pass at most {n}, or, training from scratch, --config_overrides "
-            f"max_position_embeddings={max_seq_length}."
+            f"= {n}: pass at most {n}, or, from scratch, --config_overrides max_position_embeddings={max_seq_length}."
         )
     return max_seq_length
 
@@ -365,7 +353,7 @@ def load_data_files(data_files: dict, cache_dir: str | None = None, streaming: b
         raise ValueError(f"All data files must have the same format, got {sorted(extensions)}: {data_files}.")
     extension = extensions.pop()
     builder = DATA_FILE_BUILDERS[extension]
-    kwargs = TSV if extension == "tsv" else {}
+    kwargs = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if extension == "tsv" else {}
     try:
         return datasets.load_dataset(
             builder, data_files=data_files, cache_dir=cache_dir, streaming=streaming, **kwargs, **read_kwargs
@@ -386,8 +374,7 @@ def load_hub_dataset(data_args, model_args: ModelArguments, config_name: str | N
 
 def require_columns(dataset, columns, source: str, hint: str = "Rename the columns in the file.") -> None:
     """An error naming the `columns` that `dataset` (read from `source`) lacks, and `hint`."""
-    missing = [column for column in columns if column not in dataset.column_names]
-    if missing:
+    if missing := [column for column in columns if column not in dataset.column_names]:
         raise ValueError(f"{source} has no column(s) {missing} (its columns: {dataset.column_names}). {hint}")
 
 
@@ -408,13 +395,12 @@ def weights_problem(folder: Path) -> str | None:
     present = [folder / name for name in names if (folder / name).is_file()]
     if not present:
         return "it has no model weights (model.safetensors or pytorch_model.bin)"
-    for path in present:
-        if path.suffix == ".safetensors":
-            try:
-                with safe_open(str(path), framework="pt") as weights:
-                    weights.keys()
-            except Exception as error:  # noqa: BLE001 (safetensors has its own types for a bad header or a short file)
-                return f"{path} is truncated or corrupt ({error})"
+    for path in [path for path in present if path.suffix == ".safetensors"]:
+        try:
+            with safe_open(str(path), framework="pt") as weights:
+                weights.keys()
+        except Exception as error:  # noqa: BLE001 (safetensors has its own types for a bad header or a short file)
+            return f"{path} is truncated or corrupt ({error})"
     return None
 
 
@@ -469,7 +455,7 @@ class RunSettings(TrainerCallback):
     def __init__(self, arguments):
         values = {}
         for args in arguments:
-            values |= args.to_dict() if isinstance(args, TrainingArguments) else dataclasses.asdict(args)
+            values |= args.to_dict() if isinstance(args, TrainingArguments) else asdict(args)
         settings = {key: value for key, value in values.items() if not BOOKKEEPING.search(key)}
         self.settings = json.loads(json.dumps(settings, default=str))
 
@@ -486,8 +472,7 @@ class RunSettings(TrainerCallback):
             return
         saved, now = json.loads(path.read_text()), self.settings
         keys = [key for key in sorted(saved | now) if saved.get(key) != now.get(key)]
-        changed = [f"{key} {saved.get(key)!r} (this run: {now.get(key)!r})" for key in keys]
-        if changed:
+        if changed := [f"{key} {saved.get(key)!r} (this run: {now.get(key)!r})" for key in keys]:
             logger.warning(
                 f"{checkpoint} was written by a run with other settings: {'; '.join(changed)}. The optimizer and "
                 "learning-rate schedule continue from the checkpoint's."
@@ -495,7 +480,7 @@ class RunSettings(TrainerCallback):
 
 
 def train_and_save(trainer, num_train_samples: int | None, arguments) -> None:
-    """Train (resuming if asked), save the model, metrics and state; `arguments`: the run's dataclasses."""
+    """Train (resuming if asked; `arguments` go to `RunSettings`), then save the model, the metrics and the state."""
     settings = RunSettings(arguments)
     trainer.add_callback(settings)
     if checkpoint := resolve_checkpoint(trainer.args):
@@ -512,3 +497,9 @@ def record_metrics(trainer, split: str, metrics: dict) -> None:
     """Log `metrics` and merge them into `<split>_results.json` and `all_results.json` of the output directory."""
     trainer.log_metrics(split, metrics)
     trainer.save_metrics(split, metrics)
+
+
+def write_predictions(path: str, columns: dict[str, list]) -> None:
+    """A predictions file: a header of `index` and the `columns`' names, then a row per example, tab-separated."""
+    rows = ["\t".join(map(str, (i, *row))) + "\n" for i, row in enumerate(zip(*columns.values()))]
+    Path(path).write_text("\t".join(["index", *columns]) + "\n" + "".join(rows), encoding="utf-8")
