@@ -4,7 +4,6 @@ it returns has the columns and label names of the Hub's `nyu-mll/glue`, whatever
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import datasets
 import numpy as np
@@ -36,30 +35,26 @@ class TextClassificationTask:
         return self.label_names is None
 
 
-def glue_task(name, folder, text_columns, label_names, tsv_fields, **kwargs) -> TextClassificationTask:
-    """A GLUE task, from its folder, Hub columns, labels and TSV fields, in the order of the table below."""
-    return TextClassificationTask(name, text_columns, label_names, folder, tsv_fields, **kwargs)
-
-
 PAIR = ("sentence1", "sentence2")
-MNLI_SPLITS = {"eval_splits": ("validation_matched", "validation_mismatched")}
-MNLI_SPLITS["test_splits"] = ("test_matched", "test_mismatched")
+# Each task: its name, Hub text columns and labels, folder in GLUE's layout, and TSV fields (texts, then label).
 GLUE_TASKS = {
     task.name: task
     for task in [
-        glue_task("cola", "CoLA", ("sentence",), ("unacceptable", "acceptable"), ("sentence", "label"),
-                  headerless_fields=("source", "label", "orig_label", "sentence")),
-        glue_task("sst2", "SST-2", ("sentence",), ("negative", "positive"), ("sentence", "label")),
-        glue_task("mrpc", "MRPC", PAIR, ("not_equivalent", "equivalent"), ("#1 String", "#2 String", "Quality")),
-        glue_task("stsb", "STS-B", PAIR, None, (*PAIR, "score")),
-        glue_task("qqp", "QQP", ("question1", "question2"), ("not_duplicate", "duplicate"),
-                  ("question1", "question2", "is_duplicate")),
-        glue_task("mnli", "MNLI", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"),
-                  (*PAIR, "gold_label"), **MNLI_SPLITS),
-        glue_task("qnli", "QNLI", ("question", "sentence"), ("entailment", "not_entailment"),
-                  ("question", "sentence", "label")),
-        glue_task("rte", "RTE", PAIR, ("entailment", "not_entailment"), (*PAIR, "label")),
-        glue_task("wnli", "WNLI", PAIR, ("not_entailment", "entailment"), (*PAIR, "label")),
+        TextClassificationTask("cola", ("sentence",), ("unacceptable", "acceptable"), "CoLA", ("sentence", "label"),
+                               headerless_fields=("source", "label", "orig_label", "sentence")),
+        TextClassificationTask("sst2", ("sentence",), ("negative", "positive"), "SST-2", ("sentence", "label")),
+        TextClassificationTask("mrpc", PAIR, ("not_equivalent", "equivalent"), "MRPC",
+                               ("#1 String", "#2 String", "Quality")),
+        TextClassificationTask("stsb", PAIR, None, "STS-B", (*PAIR, "score")),
+        TextClassificationTask("qqp", ("question1", "question2"), ("not_duplicate", "duplicate"), "QQP",
+                               ("question1", "question2", "is_duplicate")),
+        TextClassificationTask("mnli", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"), "MNLI",
+                               (*PAIR, "gold_label"), eval_splits=("validation_matched", "validation_mismatched"),
+                               test_splits=("test_matched", "test_mismatched")),
+        TextClassificationTask("qnli", ("question", "sentence"), ("entailment", "not_entailment"), "QNLI",
+                               ("question", "sentence", "label")),
+        TextClassificationTask("rte", PAIR, ("entailment", "not_entailment"), "RTE", (*PAIR, "label")),
+        TextClassificationTask("wnli", PAIR, ("not_entailment", "entailment"), "WNLI", (*PAIR, "label")),
     ]
 }  # fmt: skip
 
@@ -128,8 +123,7 @@ def encode_label(value, task: TextClassificationTask, where: str) -> int | float
 
 def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
     """An error naming the examples of `dataset` (read from `source`) whose label is empty."""
-    blank = [i for i, value in enumerate(dataset["label"]) if pd.isna(value) or str(value).strip() == ""]
-    if blank:
+    if blank := [i for i, value in enumerate(dataset["label"]) if pd.isna(value) or str(value).strip() == ""]:
         shown = ", ".join(str(index) for index in blank[:5]) + (", ..." if len(blank) > 5 else "")
         where = f"example {shown}, counting from 0 after the header"
         raise ValueError(f"{source}: {len(blank)} example(s) have an empty label ({where}). Fill in or remove them.")
@@ -154,11 +148,6 @@ def encode_task_labels(dataset, task: TextClassificationTask, source: str, label
     features = dict.fromkeys(task.text_columns, datasets.Value("string"))
     features |= {"label": label, "idx": datasets.Value("int32")}
     return dataset.select_columns(list(features)).cast(datasets.Features(features))
-
-
-def encode_files(raw: datasets.DatasetDict, task: TextClassificationTask, files: dict) -> datasets.DatasetDict:
-    """The splits of `raw`, read from `files`, encoded by `encode_task_labels` (`test` unlabelled)."""
-    return datasets.DatasetDict({s: encode_task_labels(raw[s], task, files[s], s != "test") for s in raw})
 
 
 def glue_file_hint(dataset, task: TextClassificationTask | None = None) -> str:
@@ -215,10 +204,3 @@ def glue_compute_metrics(task_name: str | None, is_regression: bool, num_labels:
         return metric.compute(predictions=predictions, references=eval_prediction.label_ids)
 
     return compute_metrics
-
-
-def write_predictions(path: str, predictions: np.ndarray, label_names: list[str] | None) -> None:
-    """GLUE's submission format: `index<TAB>prediction`, the label name (or the score for regression)."""
-    texts = [f"{p:.3f}" if label_names is None else label_names[int(p)] for p in predictions]
-    rows = "".join(f"{i}\t{text}\n" for i, text in enumerate(texts))
-    Path(path).write_text("index\tprediction\n" + rows, encoding="utf-8")

@@ -1,8 +1,5 @@
-"""Pieces of `run_image_classification.py`: scikit-learn's digits and folders of images, labels through the model's
-label map, the image processor for a gMLP vision config, the Trainer's accuracy, and the predictions file."""
-
-import os
-from pathlib import Path
+"""Pieces of `run_image_classification.py`: scikit-learn's digits, labels through the model's label map, the image
+processor for a gMLP vision config and the Trainer's accuracy."""
 
 import datasets
 import numpy as np
@@ -27,13 +24,6 @@ def load_digits_dataset(validation_fraction: float = 0.2, seed: int = 0) -> data
     dataset = datasets.Dataset.from_dict({"image": images, "label": digits.target.tolist()}, features=features)
     split = dataset.train_test_split(test_size=validation_fraction, seed=seed, stratify_by_column="label")
     return datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
-
-
-def image_folder(path: str, split: str, cache_dir: str | None) -> datasets.Dataset:
-    """The images below the folder `path` (labelled by their class folders, if they are in some)."""
-    # The imagefolder builder takes file patterns, not folders: every file below the folder.
-    files = {split: os.path.join(path, "**")}
-    return datasets.load_dataset("imagefolder", data_files=files, cache_dir=cache_dir)[split]
 
 
 def label_images(raw: datasets.DatasetDict, column: str, config, model_args: ModelArguments) -> list[str]:
@@ -69,10 +59,3 @@ def compute_accuracy(eval_prediction) -> dict:
     logits = eval_prediction.predictions
     logits = logits[0] if isinstance(logits, tuple) else logits
     return accuracy(np.argmax(logits, axis=1), eval_prediction.label_ids)
-
-
-def write_image_predictions(path: str, dataset, image_column: str, predictions, names: list[str]) -> None:
-    """`index<TAB>image<TAB>prediction` per image: its file (when known) and its predicted label."""
-    files = dataset.cast_column(image_column, datasets.Image(decode=False))[image_column]
-    rows = [f"{i}\t{file.get('path') or ''}\t{names[int(p)]}\n" for i, (file, p) in enumerate(zip(files, predictions))]
-    Path(path).write_text("index\timage\tprediction\n" + "".join(rows), encoding="utf-8")

@@ -89,9 +89,7 @@ def tokenize_for_mlm(
     def group_texts(examples):
         joined = {key: list(chain(*examples[key])) for key in examples}
         total = len(joined["input_ids"]) // max_seq_length * max_seq_length
-        return {
-            key: [ids[i : i + max_seq_length] for i in range(0, total, max_seq_length)] for key, ids in joined.items()
-        }
+        return {k: [v[i : i + max_seq_length] for i in range(0, total, max_seq_length)] for k, v in joined.items()}
 
     with training_args.main_process_first(desc="tokenizing"):
         columns = split.column_names or [text_column]

@@ -67,11 +67,8 @@ def model_card(trainer, base_model: str | None, task: str, dataset: str | None) 
         lines += ["", note]
     results = output_dir / "all_results.json"
     metrics = json.loads(results.read_text()) if results.is_file() else {}
-    if metrics:
-        lines += ["", "## Results", "", "| metric | value |", "|---|---|"]
-        lines += [
-            f"| {key} | {value:.4g} |" for key, value in sorted(metrics.items()) if isinstance(value, float | int)
-        ]
+    rows = [f"| {key} | {value:.4g} |" for key, value in sorted(metrics.items()) if isinstance(value, float | int)]
+    lines += ["", "## Results", "", "| metric | value |", "|---|---|", *rows] if rows else []
     names = ("learning_rate", "gradient_accumulation_steps", "warmup_steps", "weight_decay", "seed")
     settings = {name: getattr(args, name) for name in names}
     settings["train_batch_size"] = args.per_device_train_batch_size * max(1, args.world_size)

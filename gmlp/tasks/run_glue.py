@@ -1,18 +1,15 @@
 """Fine-tune gMLP/aMLP for sequence classification on a GLUE task (from the Hub or a local GLUE folder) or on
-your own csv/json files. Follows Transformers' examples/pytorch/text-classification/run_glue.py.
-"""
+your own csv/json files. Follows Transformers' examples/pytorch/text-classification/run_glue.py."""
 
-import dataclasses
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import datasets
 import numpy as np
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 from transformers.hf_argparser import HfArg
 
-import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
 from gmlp.tasks import glue, model_card, training
 from gmlp.tasks.training import ModelArguments
 
@@ -40,9 +37,9 @@ class DataTrainingArguments(training.TextDataArguments):
 
 
 def load_task_data(data_args, training_args, model_args, config):
-    """The task and its splits, with the Hub's columns: a GLUE task's labelled with GLUE's ids, custom files' as
-    read (see `label_data`). A custom task's labels are those of its first labelled file, or, with only a
-    --test_file, the model's."""
+    """The task and its splits: a GLUE task's (Hub or --glue_dir) with GLUE's label ids, local files' as read (see
+    `label_data`). A custom task's labels are those of its first labelled file, or, with only a --test_file, the
+    model's."""
     files = data_args.data_files()
     if not files:
         task = glue.get_task(data_args.task_name)
@@ -57,9 +54,7 @@ def load_task_data(data_args, training_args, model_args, config):
         # Test labels are not used; `datasets` gives a test file without them the other files' label column.
         raw["test"] = raw["test"].remove_columns("label")
     if data_args.task_name:  # files have one validation and one test split, MNLI's too
-        task = glue.get_task(data_args.task_name)
-        task = dataclasses.replace(task, eval_splits=("validation",), test_splits=("test",))
-        return task, glue.encode_files(raw, task, files)
+        return replace(glue.get_task(data_args.task_name), eval_splits=("validation",), test_splits=("test",)), raw
     if labelled := [split for split in raw if split != "test"]:
         return glue.custom_task(raw[labelled[0]], files[labelled[0]]), raw
     if not model_args.model_name_or_path:
@@ -70,11 +65,12 @@ def load_task_data(data_args, training_args, model_args, config):
 
 
 def label_data(raw: datasets.DatasetDict, task, label_names, data_args) -> datasets.DatasetDict:
-    """The splits with their labels as the model's ids: custom files' encoded by its label map (an unknown label is
-    an error naming its row), a GLUE task's aligned with it where its order differs from GLUE's."""
-    if data_args.task_name is None:
-        task = dataclasses.replace(task, label_names=label_names and tuple(label_names))
-        return glue.encode_files(raw, task, data_args.data_files())
+    """The splits with their labels as the model's ids (of `label_names`): local files' encoded (an unknown label is
+    an error naming its row), a GLUE task's then aligned with the model's where its order differs from GLUE's."""
+    if files := data_args.data_files():
+        if data_args.task_name is None:
+            task = replace(task, label_names=label_names and tuple(label_names))
+        raw = datasets.DatasetDict({s: glue.encode_task_labels(raw[s], task, files[s], s != "test") for s in raw})
     if label_names is None or list(label_names) == list(task.label_names):
         return raw
     label2id = {name: i for i, name in enumerate(label_names)}
@@ -136,8 +132,9 @@ def main(argv: list[str] | None = None) -> dict:
         predictions = np.squeeze(logits) if task.is_regression else np.argmax(logits, axis=1)
         suffix = "-mm" if name.endswith("mismatched") else ""
         path = os.path.join(training_args.output_dir, f"predict_results_{data_args.task_name or 'custom'}{suffix}.txt")
-        if trainer.is_world_process_zero():
-            glue.write_predictions(path, predictions, names)
+        if trainer.is_world_process_zero():  # GLUE's submission format: the label names, or the scores for regression
+            texts = [f"{p:.3f}" if names is None else names[int(p)] for p in predictions]
+            training.write_predictions(path, {"prediction": texts})
             logger.info(f"Wrote the {name} predictions to {path}")
     dataset = f"GLUE {data_args.task_name.upper()}" if data_args.task_name else data_args.train_file
     model_card.publish(trainer, model_args.model_name_or_path, task="text-classification", dataset=dataset)

@@ -2,8 +2,7 @@
 examples/pytorch/image-classification/run_image_classification.py.
 
 Data: `--dataset_name sklearn-digits` (the default: scikit-learn's handwritten digits, offline), a Hub image
-dataset, or local folders of class folders (`--dataset_name imagefolder --train_dir ... --validation_dir ...`).
-"""
+dataset, or local folders of class folders (`--dataset_name imagefolder --train_dir ... --validation_dir ...`)."""
 
 import logging
 import os
@@ -14,7 +13,6 @@ from transformers import AutoImageProcessor, AutoModelForImageClassification, Tr
 from transformers.data.data_collator import default_data_collator
 from transformers.hf_argparser import HfArg
 
-import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
 from gmlp.configuration_gmlp import VISION_PRESETS, GMLPVisionConfig
 from gmlp.tasks import image_classification as images
 from gmlp.tasks import model_card, training
@@ -39,8 +37,7 @@ class DataTrainingArguments:
 
 
 def load_image_data(data_args: DataTrainingArguments, training_args, model_args) -> datasets.DatasetDict:
-    """The splits: `train` and `validation` (a dataset without a validation split gets 15% of train held out) and
-    `test` (--test_dir, or a dataset's own)."""
+    """The splits: train, validation (else 15% of train held out) and test (--test_dir, or the dataset's own)."""
     raw = datasets.DatasetDict()
     if data_args.dataset_name == images.DIGITS:
         if training_args.do_train or training_args.do_eval:
@@ -48,7 +45,10 @@ def load_image_data(data_args: DataTrainingArguments, training_args, model_args)
     elif data_args.dataset_name != "imagefolder":
         raw = training.load_hub_dataset(data_args, model_args)
     folders = {"train": data_args.train_dir, "validation": data_args.validation_dir, "test": data_args.test_dir}
-    raw |= {split: images.image_folder(path, split, model_args.cache_dir) for split, path in folders.items() if path}
+    for split, folder in folders.items():
+        if folder:  # images labelled by their class folders, if in some (the builder takes patterns: every file below)
+            files = {split: os.path.join(folder, "**")}
+            raw[split] = datasets.load_dataset("imagefolder", data_files=files, cache_dir=model_args.cache_dir)[split]
     if "validation" not in raw and "train" in raw:
         held_out = raw["train"].train_test_split(test_size=0.15, seed=training_args.seed)
         raw["train"], raw["validation"] = held_out["train"], held_out["test"]
@@ -110,12 +110,13 @@ def main(argv: list[str] | None = None) -> dict:
         training.record_metrics(trainer, "predict", {**output.metrics, "predict_samples": len(splits["test"])})
         logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
         path = os.path.join(training_args.output_dir, "predict_results.txt")
-        if trainer.is_world_process_zero():
-            column, predictions = data_args.image_column_name, logits.argmax(1)
-            images.write_image_predictions(path, splits["test"], column, predictions, label_names)
+        if trainer.is_world_process_zero():  # each image's file (when known) and predicted label
+            column = data_args.image_column_name
+            files = splits["test"].cast_column(column, datasets.Image(decode=False))[column]
+            labels = [label_names[int(p)] for p in logits.argmax(1)]
+            training.write_predictions(path, {"image": [f.get("path") or "" for f in files], "prediction": labels})
             logger.info(f"Wrote the test images' predicted labels to {path}")
-    dataset = data_args.dataset_name
-    model_card.publish(trainer, model_args.model_name_or_path, task="image-classification", dataset=dataset)
+    model_card.publish(trainer, model_args.model_name_or_path, "image-classification", data_args.dataset_name)
     return metrics
 
 

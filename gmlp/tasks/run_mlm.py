@@ -2,8 +2,7 @@
 
 With no arguments at all it runs the offline demo: gmlp-tiny pretrained for a few minutes on the English text that
 ships with the package (Encyclopaedia Britannica 1911, "Shakespeare"), saved to ./gmlp-tiny-mlm, then a fill-mask
-prediction. Follows Transformers' examples/pytorch/language-modeling/run_mlm.py.
-"""
+prediction. Follows Transformers' examples/pytorch/language-modeling/run_mlm.py."""
 
 import logging
 import math
@@ -15,7 +14,6 @@ import datasets
 from transformers import AutoModelForMaskedLM, AutoTokenizer, Trainer, TrainingArguments, pipeline
 from transformers.hf_argparser import HfArg
 
-import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
 from gmlp.tasks import mlm, model_card, training
 from gmlp.tasks.training import ModelArguments
 
@@ -98,9 +96,9 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = training.load_tokenizer(model_args, required=False)
     if tokenizer is None and training_args.resume_from_checkpoint:  # the one the run trained
         tokenizer = AutoTokenizer.from_pretrained(training.resolve_checkpoint(training_args))
-    raw_datasets = load_raw_datasets(data_args, model_args)
+    raw = load_raw_datasets(data_args, model_args)
     if tokenizer is None:
-        tokenizer = mlm.train_or_load_tokenizer(raw_datasets, config, training_args)
+        tokenizer = mlm.train_or_load_tokenizer(raw, config, training_args)
     max_seq_length = training.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
     if model_args.model_name_or_path is None and config.vocab_size != len(tokenizer):
         logger.warning(
@@ -121,9 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
         sources |= {split: f"The {split} file {path}" for split, path in data_args.data_files().items()}
     options = {"num_proc": data_args.preprocessing_num_workers, "whole_word_mask": data_args.whole_word_mask}
     options |= {"sources": sources, "pad_to_max_length": data_args.pad_to_max_length}
-    tokenized = mlm.tokenize_for_mlm(
-        raw_datasets, tokenizer, max_seq_length, data_args.line_by_line, training_args, **options
-    )
+    tokenized = mlm.tokenize_for_mlm(raw, tokenizer, max_seq_length, data_args.line_by_line, training_args, **options)
     if data_args.whole_word_mask:
         # The collator needs the offset mapping to find words; the Trainer would drop it as an unused column.
         training_args.remove_unused_columns = False

@@ -1,18 +1,14 @@
 """Fine-tune gMLP/aMLP for extractive question answering on SQuAD v1.1 or v2.0 (from the Hub or the official JSON
 files). Follows Transformers' examples/pytorch/question-answering/run_qa.py."""
 
-import logging
 from dataclasses import dataclass
 
 import datasets
 from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, Trainer, TrainingArguments
 from transformers.hf_argparser import HfArg
 
-import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
 from gmlp.tasks import model_card, squad, training
 from gmlp.tasks.training import ModelArguments
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -40,8 +36,7 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = training.parse_arguments(
         (ModelArguments, DataTrainingArguments, TrainingArguments), argv
     )
-    config = training.load_config(model_args)
-    tokenizer = training.load_tokenizer(model_args)
+    config, tokenizer = training.load_config(model_args), training.load_tokenizer(model_args)
     if not tokenizer.is_fast:
         raise ValueError("run_squad.py needs a fast tokenizer (for offset mappings); pass one with --tokenizer_name.")
     if data_args.dataset_name is not None:
@@ -71,14 +66,11 @@ def main(argv: list[str] | None = None) -> dict:
     def answer(examples: datasets.Dataset, prefix: str) -> dict:
         """The answers to `examples`, written (`predictions.json`, ...; `<prefix>_predictions.json` but for eval)
         and scored when the questions have answers; the metrics."""
-        eval_features = features(examples, squad.prepare_validation_features, prefix)
-        inputs = eval_features.remove_columns(["example_id", "offset_mapping"])
-        output = trainer.predict(inputs, metric_key_prefix=prefix)
+        windows = features(examples, squad.prepare_validation_features, prefix)
+        output = trainer.predict(windows.remove_columns(["example_id", "offset_mapping"]), metric_key_prefix=prefix)
         files = {"output_dir": training_args.output_dir if trainer.is_world_process_zero() else None}
         files["prefix"] = None if prefix == "eval" else prefix
-        answers = squad.postprocess_qa_predictions(
-            examples, eval_features, output.predictions, **files, **answer_kwargs
-        )
+        answers = squad.postprocess_qa_predictions(examples, windows, output.predictions, **files, **answer_kwargs)
         metrics = {**output.metrics, f"{prefix}_samples": len(examples)}
         scores = squad.score_answers(answers, examples, data_args.version_2_with_negative)
         metrics |= {f"{prefix}_{key}": value for key, value in scores.items()}

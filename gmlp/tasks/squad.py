@@ -43,14 +43,11 @@ def load_squad_json(path: str, document=None) -> datasets.Dataset:
 
 
 def load_squad_files(data_files: dict[str, str], cache_dir: str | None = None) -> datasets.DatasetDict:
-    """SQuAD splits from local files: SQuAD's official JSON, or files with the Hub's columns that `load_data_files`
-    reads."""
+    """SQuAD splits from local files: SQuAD's official JSON, or the Hub's columns in what `load_data_files` reads."""
     splits = {}
     for split, path in data_files.items():
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"SQuAD file {path!r} does not exist; check the --{split}_file path.")
         document = None
-        if path.lower().endswith(".json"):
+        if path.lower().endswith(".json") and os.path.isfile(path):  # else `load_data_files` says what is wrong
             check_text_file(path, "The SQuAD file")
             with contextlib.suppress(json.JSONDecodeError):  # JSON lines, read below
                 document = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -79,8 +76,7 @@ def check_training_answers(examples, source: str, version_2_with_negative: bool,
     if not skip:
         raise ValueError(
             f"{source}: {len(bad)} of {len(examples)} training questions have answers that do not match their "
-            f"contexts ({shown}{'; ...' if len(bad) > 3 else ''}). Fix the answer_start offsets, or pass "
-            "--skip_invalid_answers to train without those questions."
+            f"contexts ({shown}{'; ...' if len(bad) > 3 else ''}). Fix answer_start, or pass --skip_invalid_answers."
         )
     logger.warning(
         f"--skip_invalid_answers: skipping {len(bad)} of {len(examples)} training questions of {source} ({shown})"
@@ -110,7 +106,7 @@ def tokenize_windows(examples, tokenizer, max_seq_length: int, doc_stride: int, 
     return tokenized, 1 if pad_on_right else 0
 
 
-def prepare_train_features(examples, tokenizer, max_seq_length: int, doc_stride: int, pad_to_max_length: bool = False):
+def prepare_train_features(examples, tokenizer, max_seq_length, doc_stride, pad_to_max_length=False):
     """Tokenized question/context windows with `start_positions`/`end_positions` of the answer's tokens; a window
     without the answer (or an unanswerable question) points at [CLS] (index 0)."""
     tokenized, context_index = tokenize_windows(examples, tokenizer, max_seq_length, doc_stride, pad_to_max_length)
@@ -137,14 +133,11 @@ def prepare_train_features(examples, tokenizer, max_seq_length: int, doc_stride:
     return tokenized
 
 
-def prepare_validation_features(
-    examples, tokenizer, max_seq_length: int, doc_stride: int, pad_to_max_length: bool = False
-):
+def prepare_validation_features(examples, tokenizer, max_seq_length, doc_stride, pad_to_max_length=False):
     """Tokenized question/context windows for prediction, each with the `example_id` it came from and an
     `offset_mapping` that is None outside the context (so that only context tokens can be predicted)."""
     tokenized, context_index = tokenize_windows(examples, tokenizer, max_seq_length, doc_stride, pad_to_max_length)
-    sample_mapping = tokenized.pop("overflow_to_sample_mapping")
-    tokenized["example_id"] = [examples["id"][sample] for sample in sample_mapping]
+    tokenized["example_id"] = [examples["id"][sample] for sample in tokenized.pop("overflow_to_sample_mapping")]
     for i, offsets in enumerate(tokenized["offset_mapping"]):
         in_context = [segment == context_index for segment in tokenized.sequence_ids(i)]
         tokenized["offset_mapping"][i] = [offset if inside else None for offset, inside in zip(offsets, in_context)]

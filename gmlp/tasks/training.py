@@ -2,7 +2,6 @@
 files with clear errors, label maps, checkpoints and resuming, and the bookkeeping of results."""
 
 import csv
-import dataclasses
 import difflib
 import itertools
 import json
@@ -12,7 +11,7 @@ import re
 import shutil
 import sys
 import zipfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import datasets
@@ -32,7 +31,6 @@ logger = logging.getLogger(__name__)
 
 # File extension -> `datasets` builder. GLUE's sentences contain `"`, so TSV is read unquoted.
 DATA_FILE_BUILDERS = {"txt": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json", "parquet": "parquet"}
-TSV = {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
 
 
 @dataclass
@@ -41,9 +39,7 @@ class ModelArguments:
 
     model_name_or_path: str | None = HfArg(default=None, help="A checkpoint to start from (a directory or a Hub id).")
     config_name: str | None = HfArg(
-        default=None,
-        help=f"A preset ({', '.join(PRESETS)}; for images {', '.join(VISION_PRESETS)}) or a config directory / Hub "
-        "id, to train from scratch.",
+        default=None, help=f"A new model: a preset ({', '.join(PRESETS | VISION_PRESETS)}), config folder or Hub id."
     )
     config_overrides: str | None = HfArg(default=None, help="Fields to set, e.g. num_hidden_layers=2,hidden_size=64.")
     tokenizer_name: str | None = HfArg(default=None, help="A tokenizer directory or Hub id, if not the model's.")
@@ -75,9 +71,8 @@ class TextDataArguments:
 
     def data_files(self) -> dict[str, str]:
         """The local files given, by split (`test` where the script predicts)."""
-        files = {"train": self.train_file, "validation": self.validation_file}
-        files["test"] = getattr(self, "test_file", None)
-        return {split: path for split, path in files.items() if path}
+        paths = (self.train_file, self.validation_file, getattr(self, "test_file", None))
+        return {split: path for split, path in zip(("train", "validation", "test"), paths) if path}
 
 
 @dataclass
@@ -105,10 +100,8 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: 
     types = [AnyDeviceTrainingArguments if kind is TrainingArguments else kind for kind in dataclass_types]
     parser = HfArgumentParser(types)
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        parsed = parser.parse_json_file(argv[0])
-    else:
-        parsed = parser.parse_args_into_dataclasses(args=argv)
+    json_file = len(argv) == 1 and argv[0].endswith(".json")
+    parsed = parser.parse_json_file(argv[0]) if json_file else parser.parse_args_into_dataclasses(args=argv)
     training_args = next(args for args in parsed if isinstance(args, TrainingArguments))
     setup_logging(training_args)
     transformers.set_seed(training_args.seed)
@@ -127,8 +120,7 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: 
         raise ValueError(no_predict)
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise ValueError("Nothing to do: pass --do_train and/or --do_eval (or --do_predict where the script has it).")
-    missing = sorted(set(training_args.report_to) - {"none", "all", *get_available_reporting_integrations()})
-    if missing:
+    if missing := sorted(set(training_args.report_to) - {"none", "all", *get_available_reporting_integrations()}):
         raise ValueError(
             f"--report_to {' '.join(missing)}: not installed. Install it (`pip install {' '.join(missing)}`) or "
             "report elsewhere (--report_to none logs to the console only)."
@@ -139,19 +131,15 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: 
     return tuple(parsed)
 
 
-def setup_logging(training_args: TrainingArguments) -> None:
+def setup_logging(args: TrainingArguments) -> None:
     """Log to stdout at the Trainer's per-process level (info on the main process, warnings on the others)."""
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", handlers=[logging.StreamHandler(sys.stdout)]
-    )
-    level = training_args.get_process_log_level()
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", stream=sys.stdout)
+    level = args.get_process_log_level()
     for name in ("gmlp", "__main__"):
         logging.getLogger(name).setLevel(level)
     datasets.utils.logging.set_verbosity(level)
     transformers.utils.logging.set_verbosity(level)
-    transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
-    args = training_args
     logger.warning(f"Process rank: {args.process_index}, device: {args.device}, world size: {args.world_size}")
 
 
@@ -259,10 +247,8 @@ def load_model(auto_class, model_args: ModelArguments, config, tokenizer=None):
     elif os.path.isdir(name) and (problem := weights_problem(Path(name))):
         raise ValueError(f"Cannot load --model_name_or_path {name}: {problem}.")
     else:
-        kwargs = {"config": config, "ignore_mismatched_sizes": model_args.ignore_mismatched_sizes}
-        model = from_name(
-            auto_class.from_pretrained, name, "--model_name_or_path", **kwargs, **model_args.hub_kwargs()
-        )
+        options = model_args.hub_kwargs() | {"ignore_mismatched_sizes": model_args.ignore_mismatched_sizes}
+        model = from_name(auto_class.from_pretrained, name, "--model_name_or_path", config=config, **options)
     if tokenizer is not None and len(tokenizer) > (size := model.get_input_embeddings().num_embeddings):
         raise ValueError(
             f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {size} (vocab_size). Use the "
@@ -279,8 +265,7 @@ def check_max_seq_length(max_seq_length: int | None, config, tokenizer) -> int:
     if max_seq_length > n:
         raise ValueError(
             f"--max_seq_length {max_seq_length} is larger than the model's spatial size n = max_position_embeddings "
-            f"= {n} (its spatial weights are n x n). Pass at most {n}, or, training from scratch, --config_overrides "
-            f"max_position_embeddings={max_seq_length}."
+            f"= {n}: pass at most {n}, or, from scratch, --config_overrides max_position_embeddings={max_seq_length}."
         )
     return max_seq_length
 
@@ -368,7 +353,7 @@ def load_data_files(data_files: dict, cache_dir: str | None = None, streaming: b
         raise ValueError(f"All data files must have the same format, got {sorted(extensions)}: {data_files}.")
     extension = extensions.pop()
     builder = DATA_FILE_BUILDERS[extension]
-    kwargs = TSV if extension == "tsv" else {}
+    kwargs = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if extension == "tsv" else {}
     try:
         return datasets.load_dataset(
             builder, data_files=data_files, cache_dir=cache_dir, streaming=streaming, **kwargs, **read_kwargs
@@ -389,8 +374,7 @@ def load_hub_dataset(data_args, model_args: ModelArguments, config_name: str | N
 
 def require_columns(dataset, columns, source: str, hint: str = "Rename the columns in the file.") -> None:
     """An error naming the `columns` that `dataset` (read from `source`) lacks, and `hint`."""
-    missing = [column for column in columns if column not in dataset.column_names]
-    if missing:
+    if missing := [column for column in columns if column not in dataset.column_names]:
         raise ValueError(f"{source} has no column(s) {missing} (its columns: {dataset.column_names}). {hint}")
 
 
@@ -411,13 +395,12 @@ def weights_problem(folder: Path) -> str | None:
     present = [folder / name for name in names if (folder / name).is_file()]
     if not present:
         return "it has no model weights (model.safetensors or pytorch_model.bin)"
-    for path in present:
-        if path.suffix == ".safetensors":
-            try:
-                with safe_open(str(path), framework="pt") as weights:
-                    weights.keys()
-            except Exception as error:  # noqa: BLE001 (safetensors has its own types for a bad header or a short file)
-                return f"{path} is truncated or corrupt ({error})"
+    for path in [path for path in present if path.suffix == ".safetensors"]:
+        try:
+            with safe_open(str(path), framework="pt") as weights:
+                weights.keys()
+        except Exception as error:  # noqa: BLE001 (safetensors has its own types for a bad header or a short file)
+            return f"{path} is truncated or corrupt ({error})"
     return None
 
 
@@ -472,7 +455,7 @@ class RunSettings(TrainerCallback):
     def __init__(self, arguments):
         values = {}
         for args in arguments:
-            values |= args.to_dict() if isinstance(args, TrainingArguments) else dataclasses.asdict(args)
+            values |= args.to_dict() if isinstance(args, TrainingArguments) else asdict(args)
         settings = {key: value for key, value in values.items() if not BOOKKEEPING.search(key)}
         self.settings = json.loads(json.dumps(settings, default=str))
 
@@ -489,8 +472,7 @@ class RunSettings(TrainerCallback):
             return
         saved, now = json.loads(path.read_text()), self.settings
         keys = [key for key in sorted(saved | now) if saved.get(key) != now.get(key)]
-        changed = [f"{key} {saved.get(key)!r} (this run: {now.get(key)!r})" for key in keys]
-        if changed:
+        if changed := [f"{key} {saved.get(key)!r} (this run: {now.get(key)!r})" for key in keys]:
             logger.warning(
                 f"{checkpoint} was written by a run with other settings: {'; '.join(changed)}. The optimizer and "
                 "learning-rate schedule continue from the checkpoint's."
@@ -498,8 +480,7 @@ class RunSettings(TrainerCallback):
 
 
 def train_and_save(trainer, num_train_samples: int | None, arguments) -> None:
-    """Train (resuming if asked), save the model, and log and save the train metrics and state; `arguments` are the
-    run's argument dataclasses (see `RunSettings`)."""
+    """Train (resuming if asked; `arguments` go to `RunSettings`), then save the model, the metrics and the state."""
     settings = RunSettings(arguments)
     trainer.add_callback(settings)
     if checkpoint := resolve_checkpoint(trainer.args):
@@ -516,3 +497,9 @@ def record_metrics(trainer, split: str, metrics: dict) -> None:
     """Log `metrics` and merge them into `<split>_results.json` and `all_results.json` of the output directory."""
     trainer.log_metrics(split, metrics)
     trainer.save_metrics(split, metrics)
+
+
+def write_predictions(path: str, columns: dict[str, list]) -> None:
+    """A predictions file: a header of `index` and the `columns`' names, then a row per example, tab-separated."""
+    rows = ["\t".join(map(str, (i, *row))) + "\n" for i, row in enumerate(zip(*columns.values()))]
+    Path(path).write_text("\t".join(["index", *columns]) + "\n" + "".join(rows), encoding="utf-8")

@@ -12,8 +12,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
 METRIC_NAMES = ("glue", "squad", "squad_v2")
-# The inputs of the squad and squad_v2 metrics, as on the Hub (squad_v2's predictions add a no_answer_probability);
-# ANSWERS are also the Hub's SQuAD datasets' answers.
+# The squad and squad_v2 metrics' inputs, as on the Hub; ANSWERS is also the Hub's SQuAD datasets' answers feature.
 SQUAD_PREDICTION = {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")}
 ANSWERS = datasets.Sequence({"text": datasets.Value("string"), "answer_start": datasets.Value("int32")})
 SQUAD_REFERENCE = {"id": datasets.Value("string"), "answers": ANSWERS}
@@ -26,10 +25,9 @@ def metric_path(name: str) -> str:
     return str(Path(__file__).parent / name / f"{name}.py")
 
 
-def load_metric(name: str, config_name: str | None = None, **kwargs) -> evaluate.EvaluationModule:
-    """The packaged metric `name` (for "glue", a GLUE task as `config_name`), loaded by `evaluate` without the Hub;
-    keyword arguments go to `evaluate.load` (e.g. `experiment_id`)."""
-    return evaluate.load(metric_path(name), config_name, **kwargs)
+def load_metric(name: str, config_name: str | None = None) -> evaluate.EvaluationModule:
+    """The packaged metric `name` (for "glue", a GLUE task as `config_name`), loaded by `evaluate` without the Hub."""
+    return evaluate.load(metric_path(name), config_name)
 
 
 def accuracy(predictions, references) -> dict:
@@ -79,8 +77,7 @@ def squad_v2_scores(predictions: dict[str, str], no_answer: dict[str, float], re
     """SQuAD v2.0's scores in percent: exact match and F1 over all questions and over the answerable (HasAns) and
     unanswerable (NoAns) ones, a question whose no-answer probability exceeds `threshold` counting as abstaining; and
     the best of each over all thresholds (best_exact, best_exact_thresh, best_f1, best_f1_thresh)."""
-    missing = [reference["id"] for reference in references if reference["id"] not in predictions]
-    if missing:
+    if missing := [reference["id"] for reference in references if reference["id"] not in predictions]:
         raise ValueError(f"No prediction for the questions {missing}: give one prediction per reference.")
     has_answer = {reference["id"]: bool(reference["answers"]["text"]) for reference in references}
     raw = {}  # id -> (exact, f1), the best over the gold answers; an unanswerable question's only one is ""

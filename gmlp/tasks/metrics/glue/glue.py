@@ -5,10 +5,6 @@ import evaluate
 
 from gmlp.tasks.metrics import GLUE_SCORES
 
-DESCRIPTION = """The metric of one GLUE task (https://gluebenchmark.com/), chosen by the configuration name: cola gives
-matthews_correlation; stsb pearson and spearmanr (of float scores); mrpc and qqp accuracy and f1 (label 1 positive);
-sst2, mnli, mnli_matched, mnli_mismatched, qnli, rte, wnli and hans accuracy."""
-
 
 class Glue(evaluate.Metric):
     """The metric of the GLUE task named by `config_name`."""
@@ -21,7 +17,8 @@ class Glue(evaluate.Metric):
             )
         value = datasets.Value("float32" if self.config_name == "stsb" else "int64")
         return evaluate.MetricInfo(
-            description=DESCRIPTION,
+            description="The metric of the GLUE task (https://gluebenchmark.com/) named by the configuration: "
+            "matthews_correlation (cola), pearson and spearmanr (stsb), accuracy and f1 (mrpc, qqp), else accuracy.",
             citation="Wang et al., GLUE: A Multi-Task Benchmark and Analysis Platform for NLU, ICLR 2019.",
             inputs_description="predictions, references: labels (int), or similarity scores (float) for stsb.",
             features=datasets.Features({"predictions": value, "references": value}),

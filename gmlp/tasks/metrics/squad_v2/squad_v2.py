@@ -12,8 +12,7 @@ class SquadV2(evaluate.Metric):
     def _info(self):
         predictions = {**SQUAD_PREDICTION, "no_answer_probability": datasets.Value("float32")}
         return evaluate.MetricInfo(
-            description="The official scores of SQuAD v2.0 (https://rajpurkar.github.io/SQuAD-explorer/), with the "
-            "best-threshold scores always reported.",
+            description="SQuAD v2.0's scores (https://rajpurkar.github.io/SQuAD-explorer/), with the best thresholds.",
             citation="Rajpurkar, Jia, Liang, Know What You Don't Know: Unanswerable Questions for SQuAD, ACL 2018.",
             inputs_description="predictions: [{'id', 'prediction_text' ('' for no answer), 'no_answer_probability'}]; "
             "references: [{'id', 'answers': {'text': [...], 'answer_start': [...]}}], empty for no answer; "
