@@ -7,6 +7,7 @@ It is written to a temporary directory under another name and is not registered 
 models from its own classes.
 """
 
+import contextlib
 import importlib
 import re
 import subprocess
@@ -14,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
+
+from transformers import cache_utils
 
 import gmlp
 
@@ -53,8 +56,23 @@ def gmlp_at(ref: str | None = None) -> ModuleType:
             ).stdout
             (directory / package / name).write_text(source)
         sys.path.insert(0, str(directory))
-        _loaded[ref] = importlib.import_module(f"{package}.modeling_gmlp")
+        with own_cache_layers_kept():
+            _loaded[ref] = importlib.import_module(f"{package}.modeling_gmlp")
     return _loaded[ref]
+
+
+@contextlib.contextmanager
+def own_cache_layers_kept():
+    """Caches made from a config keep the working tree's layer classes: importing another revision's model file
+    registers its cache layers under the same layer type (Transformers' `CacheLayerMixin.__init_subclass__`)."""
+    mappings = (cache_utils.DYNAMIC_LAYER_TYPE_MAPPING, cache_utils.STATIC_LAYER_TYPE_MAPPING)
+    before = [dict(mapping) for mapping in mappings]
+    try:
+        yield
+    finally:
+        for mapping, kept in zip(mappings, before):
+            mapping.clear()
+            mapping.update(kept)
 
 
 def label(name: str, ref: str | None) -> str:

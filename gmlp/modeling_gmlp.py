@@ -725,7 +725,10 @@ def check_cache_layers(cache: Cache, num_layers: int) -> None:
     if getattr(cache, "layer_class_to_replicate", None) is DynamicLayer and not cache.layers:
         cache.layers.extend(GMLPDynamicLayer() for _ in range(num_layers))
     wrong = {
-        type(layer).__name__ for layer in cache.layers if not isinstance(layer, (GMLPDynamicLayer, GMLPStaticLayer))
+        # By layer type, not class: a second copy of this file (a checkpoint's remote code) registers its own classes.
+        type(layer).__name__
+        for layer in cache.layers
+        if getattr(layer, "_layer_type", None) != SPATIAL_GATING_LAYER_TYPE
     }
     if wrong:
         raise ValueError(

@@ -8,10 +8,12 @@ be invisible: every test would pass at initialisation even with left padding han
 
 import pytest
 import torch
-from transformers import DynamicCache, StaticCache
+from transformers import DynamicCache, StaticCache, cache_utils
 from transformers.cache_utils import Cache, DynamicLayer
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from gmlp import GMLPForCausalLM
+from gmlp.configuration_gmlp import SPATIAL_GATING_LAYER_TYPE
 from gmlp.modeling_gmlp import GMLPDynamicLayer, GMLPStaticLayer
 
 VARIANTS = {
@@ -232,6 +234,24 @@ def test_generate_uses_gmlp_cache_layers_and_refuses_a_cache_that_cannot_hold_ga
     plain = Cache(layers=[DynamicLayer() for _ in range(model.config.num_hidden_layers)])
     with pytest.raises(ValueError, match=r"This cache's layers \(DynamicLayer\) cannot hold gMLP's gates.*config"):
         run(cache=plain)
+
+
+@pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
+def test_a_second_copy_of_the_model_file_does_not_stop_decoding(model, tmp_path, monkeypatch, cache_implementation):
+    """Loading the model file again as another module (as a checkpoint's remote code, or the benchmarks' baseline,
+    is loaded) registers that copy's cache layers under gMLP's layer type; the installed model decodes with them
+    exactly as with its own."""
+    for mapping in (cache_utils.DYNAMIC_LAYER_TYPE_MAPPING, cache_utils.STATIC_LAYER_TYPE_MAPPING):
+        monkeypatch.setitem(mapping, SPATIAL_GATING_LAYER_TYPE, mapping[SPATIAL_GATING_LAYER_TYPE])
+    model.save_pretrained(tmp_path)
+    copy = get_class_from_dynamic_module("modeling_gmlp.GMLPForCausalLM", str(tmp_path))
+    assert copy.__module__ != GMLPForCausalLM.__module__
+    run = {"max_new_tokens": 6, "do_sample": False, "attention_mask": batch_mask()}
+    output = model.generate(
+        batch_ids(), **run, cache_implementation=cache_implementation, return_dict_in_generate=True
+    )
+    assert {type(layer).__module__ for layer in output.cache.layers} == {copy.__module__}
+    assert torch.equal(output.sequences, model.generate(batch_ids(), **run, use_cache=False))
 
 
 def test_static_cache_without_an_attention_mask(model):
