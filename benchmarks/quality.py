@@ -77,6 +77,7 @@ TASK_NAMES = {
     "rte": "RTE (dev)",
 }
 MNLI_HELD_OUT = 2000
+TRAIN_FILE = "train.txt"  # of wikitext-2: pretraining and the tokenizer; valid.txt for choices, test.txt reported
 SQUAD_HELD_OUT_ARTICLES = 10
 # gMLP/aMLP fine-tuning probes of the recipe suite, each one change to the recipe: name -> finetune() arguments
 # (`overrides`: run_glue.py --config_overrides; the classifier is the only weight not loaded from the checkpoint, so
@@ -144,6 +145,9 @@ class Runner:
             "HF_DATASETS_OFFLINE": "1",
             "PYTHONPATH": str(ROOT),
             "OMP_NUM_THREADS": self.threads,
+            # glibc would return the large logits buffers to the kernel after every step (BENCHMARKING.md).
+            "MALLOC_MMAP_THRESHOLD_": str(2**34),
+            "MALLOC_TRIM_THRESHOLD_": str(2**34),
             "TOKENIZERS_PARALLELISM": "false",
         }
         with self.slots:
@@ -209,6 +213,7 @@ class Quality:
         self.run = Runner(args.work_dir, args.jobs, args.report_only)
         self.configs = model_configs()
         self.data = args.work_dir / "data"
+        self.tokenizer = self.data / f"tokenizer-{Path(TRAIN_FILE).stem}"
         self.runs_dir = args.output.parent / f"{args.output.stem}_runs"
         self.lock = threading.Lock()
         self.pretraining = {}  # (name, seed) -> the lock that serialises pretraining one checkpoint
@@ -217,7 +222,7 @@ class Quality:
     def prepare_data(self) -> None:
         """The tokenizer and the documented splits of MNLI-m dev and SQuAD v1.1 dev, made once in the work dir."""
         shared = self.args.data
-        tokenizer = self.data / "tokenizer"
+        tokenizer = self.tokenizer
         if not (tokenizer / "tokenizer_config.json").exists():
             self.run(
                 [
@@ -225,7 +230,7 @@ class Quality:
                     "-m",
                     "gmlp.tokenization_gmlp",
                     "--train_files",
-                    str(shared / "wikitext-2" / "test.txt"),
+                    str(shared / "wikitext-2" / TRAIN_FILE),
                     "--output_dir",
                     str(tokenizer),
                     "--vocab_size",
@@ -255,15 +260,19 @@ class Quality:
                 (squad / f"{split}.json").write_text(json.dumps({"data": part, "version": dev["version"]}))
 
     # ---- pretraining ------------------------------------------------------------------------------------------
-    def pretrain_settings(self, name: str, config, bf16: bool = False, learning_rate: float | None = None) -> dict:
+    def pretrain_settings(self, config, recipe: dict, bf16: bool = False) -> dict:
         args = self.args
         # bf16 only when on, so that the fp32 runs keep the settings key they were recorded under.
         return ({"bf16": True} if bf16 else {}) | {
             "config": config.to_dict(),
-            "max_steps": args.max_steps,
+            "train_file": TRAIN_FILE,
+            "max_steps": recipe.get("max_steps", args.max_steps),
             "batch_size": args.batch_size,
-            "learning_rate": learning_rate or args.learning_rate,
-            "warmup_steps": args.max_steps // 10,
+            "learning_rate": recipe["learning_rate"],
+            "lr_scheduler_type": recipe["lr_scheduler_type"],
+            "warmup_steps": recipe["warmup_steps"],
+            "weight_decay": 0.01,
+            "eval_steps": args.eval_steps,
             "max_eval_samples": args.max_eval_samples,
             "eval_mask_seed": 0,
         }
@@ -272,15 +281,17 @@ class Quality:
         self,
         name: str,
         seed: int,
+        recipe: dict | None = None,
         config=None,
         need_checkpoint: bool = False,
         bf16: bool = False,
-        learning_rate: float | None = None,
     ) -> dict:
-        """MLM pretraining with run_mlm.py (in bf16 autocast with `bf16`): the record with the validation perplexity,
-        accuracy and the curve."""
+        """MLM pretraining with run_mlm.py (in bf16 autocast with `bf16`) under `recipe` (default: the model's chosen
+        one): the record with the validation perplexity and accuracy, their curve, and the test split's figures of the
+        last checkpoint."""
         config = self.configs[name] if config is None else config
-        settings = self.pretrain_settings(name, config, bf16, learning_rate)
+        recipe = self.final_recipe(name) if recipe is None else recipe
+        settings = self.pretrain_settings(config, recipe, bf16)
         run_name = f"pretrain-{name}{'-bf16' if bf16 else ''}-{settings_key(settings)}-seed{seed}"
         output = self.args.work_dir / run_name
         with self.lock:
@@ -289,9 +300,14 @@ class Quality:
             record = read_record(self.runs_dir, run_name)
             if record and (not need_checkpoint or (output / "model.safetensors").exists()):
                 return record
-            if not finished_output(output, self.args.max_steps):
+            if self.args.report_only:
+                raise MissingRun(run_name)
+            if not finished_output(output, settings["max_steps"]):
                 self.run_pretraining(run_name, output, config, settings, seed, bf16)
+            if not (output / "test" / "eval_results.json").exists():
+                self.evaluate_test(run_name, output)
             metrics = json.loads((output / "eval_results.json").read_text())
+            test = json.loads((output / "test" / "eval_results.json").read_text())
             history = json.loads((output / "trainer_state.json").read_text())["log_history"]
             return write_record(
                 self.runs_dir,
@@ -304,17 +320,20 @@ class Quality:
                     "checkpoint": str(output),
                     "perplexity": metrics["perplexity"],
                     "accuracy": metrics["eval_accuracy"],
+                    "test_perplexity": test["perplexity"],
+                    "test_accuracy": test["eval_accuracy"],
                     "curve": [(e["step"], math.exp(e["eval_loss"])) for e in history if "eval_loss" in e],
+                    "accuracy_curve": [(e["step"], e["eval_accuracy"]) for e in history if "eval_accuracy" in e],
                     "train_loss_curve": [(e["step"], e["loss"]) for e in history if "loss" in e],
                 },
             )
 
     def run_pretraining(self, run_name: str, output: Path, config, settings: dict, seed: int, bf16: bool) -> None:
-        """run_mlm.py with the benchmark's pretraining settings, into `output`."""
+        """run_mlm.py with the run's settings, into `output`."""
         config_dir = self.args.work_dir / "configs" / run_name
         config.save_pretrained(config_dir)
         wikitext = self.args.data / "wikitext-2"
-        steps = self.args.max_steps
+        steps = settings["max_steps"]
         self.run(
             [
                 sys.executable,
@@ -322,9 +341,9 @@ class Quality:
                 "--config_name",
                 str(config_dir),
                 "--tokenizer_name",
-                str(self.data / "tokenizer"),
+                str(self.tokenizer),
                 "--train_file",
-                str(wikitext / "test.txt"),
+                str(wikitext / settings["train_file"]),
                 "--validation_file",
                 str(wikitext / "valid.txt"),
                 "--max_seq_length",
@@ -336,25 +355,27 @@ class Quality:
                 "--max_steps",
                 str(steps),
                 "--per_device_train_batch_size",
-                str(self.args.batch_size),
+                str(settings["batch_size"]),
                 "--per_device_eval_batch_size",
                 "64",
                 "--learning_rate",
                 str(settings["learning_rate"]),
+                "--lr_scheduler_type",
+                settings["lr_scheduler_type"],
                 "--warmup_steps",
-                str(steps // 10),
+                str(settings["warmup_steps"]),
                 "--weight_decay",
-                "0.01",
+                str(settings["weight_decay"]),
                 "--eval_strategy",
                 "steps",
                 "--eval_steps",
-                str(max(1, steps // 10)),
+                str(settings["eval_steps"]),
                 "--max_eval_samples",
-                str(self.args.max_eval_samples),
+                str(settings["max_eval_samples"]),
                 "--eval_mask_seed",
-                "0",
+                str(settings["eval_mask_seed"]),
                 "--logging_steps",
-                str(max(1, steps // 40)),
+                str(max(1, settings["eval_steps"] // 4)),
                 "--save_strategy",
                 "no",
                 "--report_to",
@@ -367,6 +388,70 @@ class Quality:
             ],
             run_name,
         )
+
+    def evaluate_test(self, run_name: str, output: Path) -> None:
+        """The last checkpoint's perplexity on WikiText-2 test under the same fixed mask (run_mlm.py, evaluation only,
+        into `output`/test); reported, never used for a choice."""
+        self.run(
+            [
+                sys.executable,
+                "run_mlm.py",
+                "--model_name_or_path",
+                str(output),
+                "--validation_file",
+                str(self.args.data / "wikitext-2" / "test.txt"),
+                "--max_seq_length",
+                "128",
+                "--do_eval",
+                "--output_dir",
+                str(output / "test"),
+                "--per_device_eval_batch_size",
+                "64",
+                "--max_eval_samples",
+                str(self.args.max_eval_samples),
+                "--eval_mask_seed",
+                "0",
+                "--report_to",
+                "none",
+            ],
+            f"{run_name}-test",
+        )
+
+    # ---- the pretraining recipe search ------------------------------------------------------------------------
+    def search(self, name: str) -> list[dict]:
+        """The same recipe search for every model (first seed, --max_steps each), every run's record in order:
+        (a) the rates of --search_rates, constant after --warmup_steps of warm-up, the grid extended by a factor of
+        about 3 beyond whichever end wins (at most twice); (b) the best rate with --long_warmup_steps; (c) the best so
+        far with a linear decay to zero instead of the constant rate. Choices by validation perplexity only."""
+        seed = self.args.seeds[0]
+        base = {"lr_scheduler_type": "constant_with_warmup", "warmup_steps": self.args.warmup_steps}
+        rates = sorted(self.args.search_rates)
+
+        def runs(recipes):
+            with ThreadPoolExecutor(len(recipes)) as pool:
+                return list(pool.map(lambda recipe: self.pretrain(name, seed, recipe), recipes))
+
+        records = runs([{**base, "learning_rate": rate} for rate in rates])
+        for _ in range(2):
+            best = min(records, key=lambda r: r["perplexity"])["settings"]["learning_rate"]
+            if best not in (rates[0], rates[-1]):
+                break
+            rate = float(f"{best / 3 if best == rates[0] else best * 3:.0e}")
+            rates = sorted([*rates, rate])
+            records += runs([{**base, "learning_rate": rate}])
+        best = min(records, key=lambda r: r["perplexity"])["settings"]
+        records += runs(
+            [{**base, "learning_rate": best["learning_rate"], "warmup_steps": self.args.long_warmup_steps}]
+        )
+        best = min(records, key=lambda r: r["perplexity"])["settings"]
+        recipe = {key: best[key] for key in ("learning_rate", "warmup_steps")}
+        records += runs([{**recipe, "lr_scheduler_type": "linear"}])
+        return records
+
+    def final_recipe(self, name: str) -> dict:
+        """The recipe with the best validation perplexity in the model's search."""
+        best = min(self.search(name), key=lambda r: r["perplexity"])["settings"]
+        return {key: best[key] for key in ("learning_rate", "lr_scheduler_type", "warmup_steps")}
 
     # ---- fine-tuning ------------------------------------------------------------------------------------------
     def finetune(
@@ -505,6 +590,9 @@ def collect(quality: Quality) -> dict:
         }
     }
     models = [m for m in MODELS if m in args.models]
+    if "search" in args.suites:
+        with ThreadPoolExecutor(len(models)) as pool:
+            results["search"] = dict(zip(models, pool.map(quality.search, models)))
 
     def available(run, *run_args, **run_kwargs):
         """The run's record (running it if need be), or None where --report_only finds no record."""
@@ -774,7 +862,7 @@ def parse_args(argv=None):
         "--suites",
         nargs="+",
         default=["pretrain", "lr", "finetune", "recipe", "bf16", "pretrain_lr"],
-        choices=["pretrain", "lr", "finetune", "recipe", "sgu", "bf16", "pretrain_lr"],
+        choices=["search", "pretrain", "lr", "finetune", "recipe", "sgu", "bf16", "pretrain_lr"],
     )
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -785,7 +873,13 @@ def parse_args(argv=None):
         choices=TASKS + SMALL_GLUE_TASKS,
         help="fine-tuning tasks (add cola mrpc stsb rte for a GLUE-style table)",
     )
-    parser.add_argument("--max_steps", type=int, default=1600, help="MLM pretraining steps per run")
+    parser.add_argument("--max_steps", type=int, default=2000, help="MLM pretraining steps per run")
+    parser.add_argument("--warmup_steps", type=int, default=200, help="the search's warm-up steps")
+    parser.add_argument("--long_warmup_steps", type=int, default=600, help="the search's longer warm-up")
+    parser.add_argument("--eval_steps", type=int, default=200, help="steps between validation evaluations")
+    parser.add_argument(
+        "--search_rates", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3], help="the search's first rates"
+    )
     parser.add_argument("--batch_size", type=int, default=32, help="MLM pretraining batch (sequences of 128 tokens)")
     parser.add_argument("--learning_rate", type=float, default=1e-3, help="MLM pretraining peak learning rate")
     parser.add_argument("--max_eval_samples", type=int, default=1024, help="validation sequences of 128 tokens")
