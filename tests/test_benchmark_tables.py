@@ -1,6 +1,5 @@
 """The committed benchmark tables are what the committed results give: every `benchmarks/results/speed_*.md` is the
-markdown of its JSON, and `quality.md` is the report of the run records in `quality_runs/` (the README copies its
-figures from these tables)."""
+markdown of its JSON (the README copies its figures from these tables; the quality report: test_quality_report.py)."""
 
 import json
 import sys
@@ -11,7 +10,6 @@ import pytest
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 sys.path.insert(0, str(RESULTS.parent))
 
-import quality
 import speed
 
 
@@ -19,12 +17,3 @@ import speed
 def test_each_speed_table_is_the_markdown_of_its_results(table):
     results = json.loads((RESULTS / table).with_suffix(".json").read_text())
     assert speed.markdown(results) == (RESULTS / table).read_text()
-
-
-def test_the_quality_tables_are_the_report_of_the_run_records(tmp_path):
-    args = quality.parse_args(
-        ["--report_only", "--work_dir", str(tmp_path), "--output", str(RESULTS / "quality.json")]
-    )
-    results = quality.collect(quality.Quality(args))
-    assert quality.markdown(results) == (RESULTS / "quality.md").read_text()
-    assert results["pretrain"]["gmlp"]["perplexities"], "the records hold gMLP's pretraining"
