@@ -9,6 +9,9 @@ from .context import PRIORITY, TRAIN_FILE, Context
 from .runs import MissingRun, settings_key, trainer_outputs
 
 SEARCH_SCHEDULE = "constant_with_warmup"
+# Rates a model's search tries beyond --search_rates: post-LN BERT is known to be fragile at high rates, and at 1e-3
+# it stayed near the unigram floor in an earlier probe (so it gets one rate more than the MLP models, not fewer).
+EXTRA_RATES = {"bert": (1e-4,)}
 # What a record of this code's holds; an older one with less is rebuilt from its run's outputs where they exist.
 RECORD_FIELDS = {"test_perplexity", "accuracy_curve", "train_runtime"}
 
@@ -168,13 +171,14 @@ def neighbour(rate: float, up: bool) -> float:
 
 def search(ctx: Context, name: str) -> list[dict]:
     """The same recipe search for every model (first seed, --max_steps each), every run's record in order:
-    (a) the rates of --search_rates, constant after --warmup_steps of warm-up, the grid (1, 3, 10, 30, ... x 10^k)
-    extended beyond whichever end wins (at most twice); (b) the best rate with --long_warmup_steps; (c) the best so far
-    with a linear decay to zero instead of the constant rate. Choices by validation perplexity only."""
+    (a) the rates of --search_rates (and the model's EXTRA_RATES), constant after --warmup_steps of warm-up, the
+    grid (1, 3, 10, 30, ... x 10^k) extended beyond whichever end wins (at most twice); (b) the best rate with
+    --long_warmup_steps; (c) the best so far with a linear decay to zero instead of the constant rate. Choices by
+    validation perplexity only."""
     args = ctx.args
     seed = args.seeds[0]
     base = {"lr_scheduler_type": SEARCH_SCHEDULE, "warmup_steps": args.warmup_steps}
-    rates = sorted(args.search_rates)
+    rates = sorted({*args.search_rates, *EXTRA_RATES.get(name, ())})
 
     def runs(recipes):
         return ctx.parallel(lambda recipe: pretrain(ctx, name, seed, recipe, part="search"), recipes)
