@@ -90,6 +90,8 @@ def collect(ctx: Context, models: list[str]) -> dict:
     for name, measure in measures(models).items():
         if found := ctx.available(measure, ctx):
             results[names.get(name, name)] = found
+    if "pretrain" in results and "pretrain_reference" in results:
+        results["pretrain_derived"] = pretrain.derive(results)
     if runtime := report.runtimes(ctx.records.folder):
         results["runtime"] = runtime
     return results

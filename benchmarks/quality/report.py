@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import finetune, pretrain, reference, search, sgu, step_time
-from .curves import at_step, mean_std
+from .curves import mean_std
 from .runs import ROOT
 
 PAGES = (ROOT / "docs" / "quality.md", ROOT / "README.md")  # the pages with generated tables
@@ -18,11 +18,11 @@ PAGES = (ROOT / "docs" / "quality.md", ROOT / "README.md")  # the pages with gen
 
 def summary(results: dict) -> str:
     """The README's table: per model, pretraining at equal steps and time and the fine-tuning means."""
-    budget = pretrain.equal_time_budget(results)
-    times = results["step_time"]["models"]
+    derived = results["pretrain_derived"]
     tasks = results.get("finetune", {}).get("tasks", {})
     steps = max(row["max_steps"] for row in results["pretrain"].values())
-    at_steps, at_time = f"valid ppl, {steps:,} steps", f"valid ppl, {budget / 60:.0f} min"
+    at_steps = f"valid ppl, {steps:,} steps"
+    at_time = f"valid ppl, {derived['equal_time_budget_seconds'] / 60:.0f} min"
     floor = results["pretrain_reference"]["unigram"]
     rows = []
     for name, row in results["pretrain"].items():
@@ -30,7 +30,7 @@ def summary(results: dict) -> str:
             "model": name,
             "parameters": f"{row['parameters'] / 1e6:.2f}M",
             at_steps: mean_std(row["perplexities"]),
-            at_time: mean_std([at_step(curve, budget / times[name]["train_step_seconds"]) for curve in row["curves"]]),
+            at_time: mean_std(derived["models"][name]["equal_time_perplexities"]),
             "test ppl": mean_std(row["test_perplexities"]),
         }
         for task, label, key, scale in SUMMARY_TASKS:
@@ -79,15 +79,11 @@ SECTIONS = {
     "reference": ("The unigram floor (`pretrain_reference`)", reference.render, ("pretrain_reference",)),
     "step_time": ("Seconds per step and per evaluation (one thread, side by side)", step_time.render, ("step_time",)),
     "search": ("The pretraining recipe search (seed 0)", search.render, ("search", "pretrain_reference")),
-    "pretrain_steps": (
-        "Pretraining at equal steps",
-        pretrain.render_equal_steps,
-        ("pretrain", "pretrain_reference"),
-    ),
+    "pretrain_steps": ("Pretraining at equal steps", pretrain.render_equal_steps, ("pretrain", "pretrain_derived")),
     "pretrain_time": (
         "Pretraining at equal wall-clock time",
         pretrain.render_equal_time,
-        ("pretrain", "pretrain_reference", "step_time"),
+        ("pretrain", "step_time", "pretrain_derived"),
     ),
     "finetune_rate": ("Fine-tuning rate: SST-2 dev accuracy (%), seed 0", finetune.render_sweep, ("finetune",)),
     "finetune": ("Fine-tuning, each model at its best rate", finetune.render_tasks, ("finetune",)),
@@ -97,7 +93,7 @@ SECTIONS = {
         ("finetune",),
     ),
     "sgu": ("The SGU variants of Table 3", sgu.render, ("sgu",)),
-    "summary": ("Summary", summary, ("pretrain", "pretrain_reference", "step_time")),
+    "summary": ("Summary", summary, ("pretrain", "step_time", "pretrain_derived")),
     "runtime": ("The runs' time on this machine", render_runtime, ("runtime",)),
 }
 
