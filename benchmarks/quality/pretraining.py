@@ -169,8 +169,9 @@ def neighbour(rate: float, up: bool) -> float:
     return float(f"1e{decade}") if mantissa == 3 else float(f"3e{decade - 1}")
 
 
-def search(ctx: Context, name: str) -> list[dict]:
-    """The same recipe search for every model (first seed, --max_steps each), every run's record in order:
+def search(ctx: Context, name: str) -> tuple[list[dict], bool]:
+    """The same recipe search for every model (first seed, --max_steps each): every run's record in order, and
+    whether the search is complete (with --report_only it stops at the first stage with a missing run).
     (a) the rates of --search_rates (and the model's EXTRA_RATES), constant after --warmup_steps of warm-up, the
     grid (1, 3, 10, 30, ... x 10^k) extended beyond whichever end wins (at most twice); (b) the best rate with
     --long_warmup_steps; (c) the best so far with a linear decay to zero instead of the constant rate. Choices by
@@ -179,37 +180,37 @@ def search(ctx: Context, name: str) -> list[dict]:
     seed = args.seeds[0]
     base = {"lr_scheduler_type": SEARCH_SCHEDULE, "warmup_steps": args.warmup_steps}
     rates = sorted({*args.search_rates, *EXTRA_RATES.get(name, ())})
+    records = []
 
-    def runs(recipes):
-        return ctx.parallel(lambda recipe: pretrain(ctx, name, seed, recipe, part="search"), recipes)
+    def runs(recipes) -> bool:
+        found = ctx.parallel(lambda recipe: ctx.available(pretrain, ctx, name, seed, recipe, part="search"), recipes)
+        records.extend(record for record in found if record)
+        return all(found)
 
-    records = runs([{**base, "learning_rate": rate} for rate in rates])
+    if not runs([{**base, "learning_rate": rate} for rate in rates]):
+        return records, False
     for _ in range(2):
         rate = best(records)["settings"]["learning_rate"]
         if rate not in (rates[0], rates[-1]):
             break
         rate = neighbour(rate, up=rate == rates[-1])
         rates = sorted([*rates, rate])
-        records += runs([{**base, "learning_rate": rate}])
+        if not runs([{**base, "learning_rate": rate}]):
+            return records, False
     rate = best(records)["settings"]["learning_rate"]
-    records += runs([{**base, "learning_rate": rate, "warmup_steps": args.long_warmup_steps}])
-    chosen = best(records)["settings"]
-    records += runs(
-        [
-            {
-                "learning_rate": chosen["learning_rate"],
-                "warmup_steps": chosen["warmup_steps"],
-                "lr_scheduler_type": "linear",
-            }
-        ]
-    )
-    return records
+    if not runs([{**base, "learning_rate": rate, "warmup_steps": args.long_warmup_steps}]):
+        return records, False
+    chosen = {key: best(records)["settings"][key] for key in ("learning_rate", "warmup_steps")}
+    return records, runs([{**chosen, "lr_scheduler_type": "linear"}])
 
 
 RECIPE_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps")
 
 
 def final_recipe(ctx: Context, name: str) -> dict:
-    """The recipe of the model's search run with the best validation perplexity."""
-    chosen = best(search(ctx, name))["settings"]
+    """The recipe of the model's search run with the best validation perplexity, once the search is complete."""
+    records, complete = search(ctx, name)
+    if not complete:
+        raise MissingRun(f"{name}'s recipe search (to choose its recipe)")
+    chosen = best(records)["settings"]
     return {key: chosen[key] for key in RECIPE_FIELDS}

@@ -12,11 +12,12 @@ def measure(ctx: Context, models: list[str]) -> dict:
     """Per model: every search run (recipe, validation and test perplexity, curve) and the chosen recipe."""
 
     def one(name):
-        runs = ctx.available(search, ctx, name)
-        if runs is None:
+        runs, complete = search(ctx, name)
+        if not runs:
             return None
         chosen = best(runs)["settings"]
         return {
+            "complete": complete,
             "runs": [
                 {
                     **{key: run["settings"][key] for key in RECIPE_FIELDS},
@@ -28,6 +29,7 @@ def measure(ctx: Context, models: list[str]) -> dict:
                 }
                 for run in runs
             ],
+            # the best so far while the search is incomplete
             "chosen": {key: chosen[key] for key in RECIPE_FIELDS},
         }
 
@@ -48,10 +50,11 @@ def render(results: dict) -> str:
     for name, search_result in results["search"].items():
         for run in search_result["runs"]:
             chosen = all(run[key] == search_result["chosen"][key] for key in search_result["chosen"])
+            mark = " **(chosen)**" if search_result["complete"] else " (best so far; search under way)"
             rows.append(
                 {
                     "model": name,
-                    "recipe": describe(run) + (" **(chosen)**" if chosen else ""),
+                    "recipe": describe(run) + (mark if chosen else ""),
                     "validation perplexity": f"{run['perplexity']:.1f}",
                     "step at ≤ unigram / 2": first_step_below(run["curve"], floor / 2) or "never",
                     "step at ≤ unigram / 4": first_step_below(run["curve"], floor / 4) or "never",
