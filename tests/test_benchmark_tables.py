@@ -1,19 +1,15 @@
 """The committed benchmark tables are what the committed results give: every `benchmarks/results/speed_*.md` is the
-markdown of its JSON, docs/benchmarks.md's tables are those of the results they name, and `quality.md` is the report
-of the run records in `quality_runs/` (the README copies its figures from these tables)."""
+markdown of its JSON and docs/benchmarks.md's tables are those of the results they name (the quality report:
+test_quality_report.py)."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
-sys.path.insert(0, str(RESULTS.parent))
-
-import quality
-
 from benchmarks.speed import report
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
 
 @pytest.mark.parametrize("table", sorted(p.name for p in RESULTS.glob("speed_*.md")))
@@ -27,12 +23,3 @@ def test_the_docs_tables_are_those_of_the_results(page):
     text = page.read_text()
     assert "<!-- table " in text
     assert report.docs(text) == text
-
-
-def test_the_quality_tables_are_the_report_of_the_run_records(tmp_path):
-    args = quality.parse_args(
-        ["--report_only", "--work_dir", str(tmp_path), "--output", str(RESULTS / "quality.json")]
-    )
-    results = quality.collect(quality.Quality(args))
-    assert quality.markdown(results) == (RESULTS / "quality.md").read_text()
-    assert results["pretrain"]["gmlp"]["perplexities"], "the records hold gMLP's pretraining"

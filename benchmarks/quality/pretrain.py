@@ -1,0 +1,122 @@
+"""Part `pretrain`: each model pretrained with its chosen recipe at every seed (the search's run is seed 0), and the
+tables at equal steps and at equal wall-clock time, each beside the unigram floor."""
+
+import pandas as pd
+
+from .context import Context
+from .curves import at_step, first_step_below, mean_std
+from .models import num_parameters
+from .pretraining import pretrain
+from .search import describe
+
+# a run record's field -> the seed-by-seed list in quality.json
+FIELDS = {
+    "perplexity": "perplexities",
+    "accuracy": "accuracies",
+    "test_perplexity": "test_perplexities",
+    "test_accuracy": "test_accuracies",
+    "curve": "curves",
+    "accuracy_curve": "accuracy_curves",
+    "train_loss_curve": "train_loss_curves",
+}
+
+
+def measure(ctx: Context, models: list[str]) -> dict:
+    """Per model: its recipe and, seed by seed, every figure of its final runs."""
+
+    def one(name):
+        runs = [ctx.available(pretrain, ctx, name, seed) for seed in ctx.args.seeds]
+        runs = [run for run in runs if run]
+        if not runs:
+            return None
+        return {
+            "parameters": num_parameters(ctx.configs[name]),
+            "recipe": {
+                key: runs[0]["settings"][key] for key in ("learning_rate", "lr_scheduler_type", "warmup_steps")
+            },
+            "max_steps": runs[0]["settings"]["max_steps"],
+            "seeds": [run["seed"] for run in runs],
+            **{plural: [run[field] for run in runs] for field, plural in FIELDS.items()},
+        }
+
+    found = dict(zip(models, ctx.parallel(one, models)))
+    return {name: row for name, row in found.items() if row}
+
+
+def derive(results: dict) -> dict:
+    """The figures the tables read off the curves, seed by seed: where each run first reaches half and a quarter of
+    the unigram perplexity, and (with the step times) each model's perplexity at the equal-time budget, the fastest
+    model's full run, interpolated at the step count that budget buys it."""
+    floor = results["pretrain_reference"]["unigram"]["valid"]["perplexity"]
+    derived = {
+        name: {
+            f"first_step_at_unigram_over_{divisor}": [
+                first_step_below(curve, floor / divisor) for curve in row["curves"]
+            ]
+            for divisor in (2, 4)
+        }
+        for name, row in results["pretrain"].items()
+    }
+    if "step_time" not in results:
+        return {"models": derived}
+    times = {name: results["step_time"]["models"][name]["train_step_seconds"] for name in results["pretrain"]}
+    budget = min(row["max_steps"] * times[name] for name, row in results["pretrain"].items())
+    for name, row in results["pretrain"].items():
+        steps = budget / times[name]
+        derived[name]["equal_time_steps"] = steps
+        derived[name]["equal_time_perplexities"] = [at_step(curve, steps) for curve in row["curves"]]
+    return {"equal_time_budget_seconds": budget, "models": derived}
+
+
+def render_equal_steps(results: dict) -> str:
+    floor = results["pretrain_reference"]["unigram"]
+    derived = results["pretrain_derived"]["models"]
+    rows = []
+    for name, row in results["pretrain"].items():
+        rows.append(
+            {
+                "model": name,
+                "parameters": f"{row['parameters'] / 1e6:.2f}M",
+                "recipe": describe(row["recipe"]),
+                "validation perplexity": mean_std(row["perplexities"]),
+                "test perplexity": mean_std(row["test_perplexities"]),
+                "masked-token accuracy, validation (%)": mean_std(row["accuracies"], 100),
+                "validation, seed by seed": " / ".join(f"{value:.1f}" for value in row["perplexities"]),
+                **{
+                    f"first step at ≤ unigram / {divisor}": " / ".join(
+                        str(step or "never") for step in derived[name][f"first_step_at_unigram_over_{divisor}"]
+                    )
+                    for divisor in (2, 4)
+                },
+            }
+        )
+    rows.append(
+        {
+            "model": "unigram (reference)",
+            "recipe": "training-split frequencies, add-one",
+            "validation perplexity": f"{floor['valid']['perplexity']:.1f}",
+            "test perplexity": f"{floor['test']['perplexity']:.1f}",
+            "masked-token accuracy, validation (%)": f"{100 * floor['valid']['accuracy']:.1f}",
+        }
+    )
+    return pd.DataFrame(rows).fillna("–").to_markdown(index=False)
+
+
+def render_equal_time(results: dict) -> str:
+    times = results["step_time"]["models"]
+    derived = results["pretrain_derived"]
+    floor = results["pretrain_reference"]["unigram"]["valid"]["perplexity"]
+    rows = [
+        {
+            "model": name,
+            "parameters": f"{row['parameters'] / 1e6:.2f}M",
+            "s / step": f"{times[name]['train_step_seconds']:.3f}",
+            "steps in the budget": f"{derived['models'][name]['equal_time_steps']:,.0f}",
+            "validation perplexity": mean_std(derived["models"][name]["equal_time_perplexities"]),
+        }
+        for name, row in results["pretrain"].items()
+    ]
+    rows.append({"model": "unigram (reference)", "validation perplexity": f"{floor:.1f}"})
+    budget = derived["equal_time_budget_seconds"] / 60
+    table = pd.DataFrame(rows).fillna("–").to_markdown(index=False)
+    return f"Budget: {budget:.1f} minutes of training on one thread (evaluations not counted).\n\n{table}"

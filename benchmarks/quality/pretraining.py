@@ -1,0 +1,216 @@
+"""MLM pretraining runs (run_mlm.py on WikiText-2 train, validation on valid under a fixed mask, the last
+checkpoint's test perplexity), and the recipe search that chooses each model's rate, warm-up and schedule."""
+
+import json
+import math
+from pathlib import Path
+
+from .context import PRIORITY, TRAIN_FILE, Context
+from .runs import MissingRun, settings_key, trainer_outputs
+
+SEARCH_SCHEDULE = "constant_with_warmup"
+# Rates a model's search tries beyond --search_rates: post-LN BERT is known to be fragile at high rates, and at 1e-3
+# it stayed near the unigram floor in an earlier probe (so it gets one rate more than the MLP models, not fewer).
+EXTRA_RATES = {"bert": (1e-4,)}
+# What a record of this code's holds; an older one with less is rebuilt from its run's outputs where they exist.
+RECORD_FIELDS = {"test_perplexity", "accuracy_curve", "train_runtime"}
+
+
+def settings(ctx: Context, config, recipe: dict) -> dict:
+    """What decides a pretraining run's result (its record's key)."""
+    args = ctx.args
+    return {
+        "config": config.to_dict(),
+        "train_file": TRAIN_FILE,
+        "max_steps": recipe.get("max_steps", args.max_steps),
+        "batch_size": args.batch_size,
+        "learning_rate": recipe["learning_rate"],
+        "lr_scheduler_type": recipe["lr_scheduler_type"],
+        "warmup_steps": recipe["warmup_steps"],
+        "weight_decay": 0.01,
+        "eval_steps": args.eval_steps,
+        "max_eval_samples": args.max_eval_samples,
+        "eval_mask_seed": 0,
+    }
+
+
+def finished(output: Path, max_steps: int) -> bool:
+    """Whether `output` holds a run that reached `max_steps` and saved its weights and metrics (a run whose benchmark
+    process stopped before writing its record is taken as it is, not run again)."""
+    names = ("eval_results.json", "trainer_state.json", "model.safetensors")
+    if not all((output / name).exists() for name in names):
+        return False
+    return json.loads((output / "trainer_state.json").read_text())["global_step"] == max_steps
+
+
+def pretrain(
+    ctx: Context,
+    name: str,
+    seed: int,
+    recipe: dict | None = None,
+    config=None,
+    need_checkpoint: bool = False,
+    part: str = "pretrain",
+) -> dict:
+    """The record of `name`'s pretraining under `recipe` (default: the model's chosen one) with `seed`: validation
+    perplexity, accuracy and their curves, and the test split's figures of the last checkpoint. A run it has to make
+    waits for a slot with `part`'s priority."""
+    config = ctx.configs[name] if config is None else config
+    recipe = final_recipe(ctx, name) if recipe is None else recipe
+    run_settings = settings(ctx, config, recipe)
+    run_name = f"pretrain-{name}-{settings_key(run_settings)}-seed{seed}"
+    output = ctx.args.work_dir / run_name
+    with ctx.run_lock(run_name):
+        record = ctx.records.read(run_name)
+        complete = record and RECORD_FIELDS <= record.keys()
+        if record and (not complete and not finished(output, run_settings["max_steps"])):
+            return record  # an older record whose outputs are gone: taken as it is
+        if complete and (not need_checkpoint or (output / "model.safetensors").exists()):
+            return record
+        if ctx.args.report_only:
+            raise MissingRun(run_name)
+        if not finished(output, run_settings["max_steps"]):
+            run_mlm(ctx, run_name, output, config, run_settings, seed, PRIORITY[part])
+        if not (output / "test" / "eval_results.json").exists():
+            evaluate_test(ctx, run_name, output, PRIORITY[part])
+        metrics, history = trainer_outputs(output)
+        test = json.loads((output / "test" / "eval_results.json").read_text())
+        evaluations = [e for e in history if "eval_loss" in e]
+        return ctx.records.write(
+            run_name,
+            {
+                "kind": "pretrain",
+                "model": name,
+                "seed": seed,
+                "settings": run_settings,
+                "checkpoint": str(output),
+                "perplexity": metrics["perplexity"],
+                "accuracy": metrics["eval_accuracy"],
+                "test_perplexity": test["perplexity"],
+                "test_accuracy": test["eval_accuracy"],
+                "curve": [(e["step"], math.exp(e["eval_loss"])) for e in evaluations],
+                "accuracy_curve": [(e["step"], e["eval_accuracy"]) for e in evaluations],
+                "train_loss_curve": [(e["step"], e["loss"]) for e in history if "loss" in e],
+                "train_runtime": next((e["train_runtime"] for e in history if "train_runtime" in e), None),
+            },
+        )
+
+
+def run_mlm(ctx: Context, run_name: str, output: Path, config, run_settings: dict, seed: int, priority: int) -> None:
+    """run_mlm.py with the run's settings, into `output`."""
+    config_dir = ctx.args.work_dir / "configs" / run_name
+    config.save_pretrained(config_dir)
+    s = run_settings
+    ctx.run.script(
+        "run_mlm.py",
+        {
+            "config_name": config_dir,
+            "tokenizer_name": ctx.tokenizer,
+            "train_file": ctx.wikitext / s["train_file"],
+            "validation_file": ctx.wikitext / "valid.txt",
+            "max_seq_length": 128,
+            "do_train": True,
+            "do_eval": True,
+            "output_dir": output,
+            "max_steps": s["max_steps"],
+            "per_device_train_batch_size": s["batch_size"],
+            "per_device_eval_batch_size": 64,
+            "learning_rate": s["learning_rate"],
+            "lr_scheduler_type": s["lr_scheduler_type"],
+            "warmup_steps": s["warmup_steps"],
+            "weight_decay": s["weight_decay"],
+            "eval_strategy": "steps",
+            "eval_steps": s["eval_steps"],
+            "max_eval_samples": s["max_eval_samples"],
+            "eval_mask_seed": s["eval_mask_seed"],
+            "logging_steps": max(1, s["eval_steps"] // 4),
+            "save_strategy": "no",
+            "report_to": "none",
+            "seed": seed,
+            "data_seed": 0,
+        },
+        run_name,
+        priority,
+    )
+
+
+def evaluate_test(ctx: Context, run_name: str, output: Path, priority: int) -> None:
+    """The last checkpoint's perplexity on WikiText-2 test under the same fixed mask (run_mlm.py, evaluation only,
+    into `output`/test): reported, never used for a choice."""
+    ctx.run.script(
+        "run_mlm.py",
+        {
+            "model_name_or_path": output,
+            "validation_file": ctx.wikitext / "test.txt",
+            "max_seq_length": 128,
+            "do_eval": True,
+            "output_dir": output / "test",
+            "per_device_eval_batch_size": 64,
+            "max_eval_samples": ctx.args.max_eval_samples,
+            "eval_mask_seed": 0,
+            "report_to": "none",
+        },
+        f"{run_name}-test",
+        priority,
+    )
+
+
+def best(records: list[dict]) -> dict:
+    """The record with the lowest validation perplexity."""
+    return min(records, key=lambda record: record["perplexity"])
+
+
+def neighbour(rate: float, up: bool) -> float:
+    """The next rate of the grid 1, 3, 10, 30, ... x 10^k above or below `rate` (itself on it)."""
+    decade = math.floor(math.log10(rate) + 1e-9)
+    mantissa = round(rate / 10**decade)
+    if up:
+        return float(f"3e{decade}") if mantissa == 1 else float(f"1e{decade + 1}")
+    return float(f"1e{decade}") if mantissa == 3 else float(f"3e{decade - 1}")
+
+
+def search(ctx: Context, name: str) -> tuple[list[dict], bool]:
+    """The same recipe search for every model (first seed, --max_steps each): every run's record in order, and
+    whether the search is complete (with --report_only it stops at the first stage with a missing run).
+    (a) the rates of --search_rates (and the model's EXTRA_RATES), constant after --warmup_steps of warm-up, the
+    grid (1, 3, 10, 30, ... x 10^k) extended beyond whichever end wins (at most twice); (b) the best rate with
+    --long_warmup_steps; (c) the best so far with a linear decay to zero instead of the constant rate. Choices by
+    validation perplexity only."""
+    args = ctx.args
+    seed = args.seeds[0]
+    base = {"lr_scheduler_type": SEARCH_SCHEDULE, "warmup_steps": args.warmup_steps}
+    rates = sorted({*args.search_rates, *EXTRA_RATES.get(name, ())})
+    records = []
+
+    def runs(recipes) -> bool:
+        found = ctx.parallel(lambda recipe: ctx.available(pretrain, ctx, name, seed, recipe, part="search"), recipes)
+        records.extend(record for record in found if record)
+        return all(found)
+
+    if not runs([{**base, "learning_rate": rate} for rate in rates]):
+        return records, False
+    for _ in range(2):
+        rate = best(records)["settings"]["learning_rate"]
+        if rate not in (rates[0], rates[-1]):
+            break
+        rate = neighbour(rate, up=rate == rates[-1])
+        rates = sorted([*rates, rate])
+        if not runs([{**base, "learning_rate": rate}]):
+            return records, False
+    rate = best(records)["settings"]["learning_rate"]
+    if not runs([{**base, "learning_rate": rate, "warmup_steps": args.long_warmup_steps}]):
+        return records, False
+    chosen = {key: best(records)["settings"][key] for key in ("learning_rate", "warmup_steps")}
+    return records, runs([{**chosen, "lr_scheduler_type": "linear"}])
+
+
+RECIPE_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps")
+
+
+def final_recipe(ctx: Context, name: str) -> dict:
+    """The recipe of the model's search run with the best validation perplexity, once the search is complete."""
+    records, complete = search(ctx, name)
+    if not complete:
+        raise MissingRun(f"{name}'s recipe search (to choose its recipe)")
+    chosen = best(records)["settings"]
+    return {key: chosen[key] for key in RECIPE_FIELDS}

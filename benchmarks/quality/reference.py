@@ -1,0 +1,86 @@
+"""The unigram floor: each masked token predicted by its training-split frequency (add-one smoothed), scored on the
+very positions the models are scored on (same tokenizer, text, sequences and evaluation mask seed).
+
+A model whose perplexity is near this number has learned token frequencies and little of the context.
+"""
+
+import math
+import tempfile
+
+import numpy as np
+import pandas as pd
+from transformers import AutoTokenizer, TrainingArguments
+
+from gmlp.tasks.mlm import MaskedLMCollator, tokenize_for_mlm, with_fixed_mask
+from gmlp.tasks.training import load_data_files, take_split
+
+from .context import TRAIN_FILE, Context
+from .models import GMLP_TINY
+from .runs import MissingRun, settings_key
+
+SPLITS = {"valid": "valid.txt", "test": "test.txt"}
+
+
+def blocks(tokenizer, path, arguments: TrainingArguments):
+    """`path`'s text as run_mlm.py makes it: concatenated and cut into blocks of 128 tokens."""
+    raw = load_data_files({"validation": str(path)})
+    return tokenize_for_mlm(raw, tokenizer, 128, False, arguments)["validation"]
+
+
+def unigram(ctx: Context) -> dict:
+    """Per split: the unigram model's perplexity and masked-token accuracy (it always predicts the most frequent
+    token) at the evaluation's masked positions, and how many positions those are."""
+    tokenizer = AutoTokenizer.from_pretrained(ctx.tokenizer)
+    with tempfile.TemporaryDirectory() as scratch:
+        arguments = TrainingArguments(output_dir=scratch, report_to="none")
+        train = blocks(tokenizer, ctx.wikitext / TRAIN_FILE, arguments)
+        ids = np.concatenate([np.asarray(row) for row in train["input_ids"]])
+        special = np.concatenate([np.asarray(row) for row in train["special_tokens_mask"]]).astype(bool)
+        counts = np.bincount(ids[~special], minlength=len(tokenizer)).astype(np.float64)
+        log_probability = np.log((counts + 1) / (counts.sum() + len(counts)))
+        collator = MaskedLMCollator(tokenizer)
+        figures = {}
+        for split, file in SPLITS.items():
+            tokenized = {"validation": blocks(tokenizer, ctx.wikitext / file, arguments)}
+            sequences = take_split(tokenized, "validation", "--max_eval_samples", ctx.args.max_eval_samples)
+            masked = with_fixed_mask(sequences, collator, seed=0)
+            labels = np.concatenate([np.asarray(row) for row in masked["labels"]])
+            labels = labels[labels != -100]
+            figures[split] = {
+                "perplexity": math.exp(-log_probability[labels].mean()),
+                "accuracy": float(np.mean(labels == counts.argmax())),
+                "masked_tokens": int(labels.size),
+                "sequences": len(sequences),
+            }
+    return figures
+
+
+def measure(ctx: Context) -> dict:
+    """The unigram reference for every split the tables report (a record: computed once)."""
+    settings = {
+        "train_file": TRAIN_FILE,
+        "vocab_size": GMLP_TINY["vocab_size"],
+        "max_eval_samples": ctx.args.max_eval_samples,
+        "eval_mask_seed": 0,
+        "smoothing": "add-one",
+    }
+    name = f"reference-unigram-{settings_key(settings)}"
+    if record := ctx.records.read(name):
+        return record
+    if ctx.args.report_only:
+        raise MissingRun(name)
+    return ctx.records.write(name, {"kind": "reference", "settings": settings, "unigram": unigram(ctx)})
+
+
+def render(results: dict) -> str:
+    """The reference row set as a table."""
+    figures = results["pretrain_reference"]["unigram"]
+    table = pd.DataFrame(
+        {
+            "split": list(figures),
+            "unigram perplexity": [f"{row['perplexity']:.1f}" for row in figures.values()],
+            "masked-token accuracy (%)": [f"{100 * row['accuracy']:.1f}" for row in figures.values()],
+            "masked positions": [f"{row['masked_tokens']:,}" for row in figures.values()],
+        }
+    )
+    return table.to_markdown(index=False)

@@ -1,0 +1,213 @@
+"""The report: quality.md (every table), the curves' plots, and the generated tables inside docs/quality.md and the
+README (between `<!-- quality:NAME -->` and `<!-- /quality:NAME -->` markers; the prose around them is written by
+hand from the same records)."""
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from . import finetune, pretrain, reference, search, sgu, step_time
+from .curves import mean_std
+from .runs import ROOT
+
+PAGES = (ROOT / "docs" / "quality.md", ROOT / "README.md")  # the pages with generated tables
+
+
+def summary(results: dict) -> str:
+    """The README's table: per model, pretraining at equal steps and time and the fine-tuning means."""
+    derived = results["pretrain_derived"]
+    tasks = results.get("finetune", {}).get("tasks", {})
+    steps = max(row["max_steps"] for row in results["pretrain"].values())
+    at_steps = f"valid ppl, {steps:,} steps"
+    at_time = f"valid ppl, {derived['equal_time_budget_seconds'] / 60:.0f} min"
+    floor = results["pretrain_reference"]["unigram"]
+    rows = []
+    for name, row in results["pretrain"].items():
+        cells = {
+            "model": name,
+            "parameters": f"{row['parameters'] / 1e6:.2f}M",
+            at_steps: mean_std(row["perplexities"]),
+            at_time: mean_std(derived["models"][name]["equal_time_perplexities"]),
+            "test ppl": mean_std(row["test_perplexities"]),
+        }
+        for task, label, key, scale in SUMMARY_TASKS:
+            found = [figures for row_name, figures in tasks.get(task, {}).items() if row_name.split(",")[0] == name]
+            cells[label] = mean_std(found[0][key], scale) if found else "not run yet"
+        rows.append(cells)
+    unigram = f"{floor['valid']['perplexity']:.1f}"
+    rows.append(
+        {"model": "unigram", at_steps: unigram, at_time: unigram, "test ppl": f"{floor['test']['perplexity']:.1f}"}
+    )
+    return pd.DataFrame(rows).fillna("–").to_markdown(index=False)
+
+
+SUMMARY_TASKS = (
+    ("sst2", "SST-2 acc.", "accuracy", 100),
+    ("mnli", "MNLI-m acc.", "accuracy", 100),
+    ("squad", "SQuAD F1", "F1", 1),
+)
+
+
+def runtimes(folder: Path) -> dict:
+    """Per kind of run (pretraining, SGU-variant pretraining, fine-tuning): how many records and their summed
+    training time as the Trainer measured it (two runs at a time beside other work: wall-clock, not CPU time)."""
+    kinds = {}
+    for path in sorted(folder.glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("train_runtime") is None:
+            continue
+        kind = "SGU variants" if path.name.startswith("pretrain-sgu-") else record["kind"]
+        row = kinds.setdefault(kind, {"runs": 0, "hours": 0.0})
+        row["runs"] += 1
+        row["hours"] += record["train_runtime"] / 3600
+    return kinds
+
+
+def render_runtime(results: dict) -> str:
+    rows = [
+        {"runs of": kind, "records": row["runs"], "training time, summed (h)": f"{row['hours']:.1f}"}
+        for kind, row in results["runtime"].items()
+    ]
+    return pd.DataFrame(rows).to_markdown(index=False)
+
+
+# name -> (title, render function, the results it needs)
+SECTIONS = {
+    "reference": ("The unigram floor (`pretrain_reference`)", reference.render, ("pretrain_reference",)),
+    "step_time": ("Seconds per step and per evaluation (one thread, side by side)", step_time.render, ("step_time",)),
+    "search": ("The pretraining recipe search (seed 0)", search.render, ("search", "pretrain_reference")),
+    "pretrain_steps": ("Pretraining at equal steps", pretrain.render_equal_steps, ("pretrain", "pretrain_derived")),
+    "pretrain_time": (
+        "Pretraining at equal wall-clock time",
+        pretrain.render_equal_time,
+        ("pretrain", "step_time", "pretrain_derived"),
+    ),
+    "finetune_rate": ("Fine-tuning rate: SST-2 dev accuracy (%), seed 0", finetune.render_sweep, ("finetune",)),
+    "finetune": ("Fine-tuning, each model at its best rate", finetune.render_tasks, ("finetune",)),
+    "finetune_probes": (
+        "BERT's fine-tuning recipe probes (seed 0), accuracy (%)",
+        finetune.render_probes,
+        ("finetune",),
+    ),
+    "sgu": ("The SGU variants of Table 3", sgu.render, ("sgu",)),
+    "summary": ("Summary", summary, ("pretrain", "step_time", "pretrain_derived")),
+    "runtime": ("The runs' time on this machine", render_runtime, ("runtime",)),
+}
+
+
+def ready(results: dict, needs: tuple) -> bool:
+    return all(results.get(key) for key in needs)
+
+
+def tables(results: dict) -> dict:
+    """name -> markdown table, for every section whose results exist."""
+    out = {}
+    for name, (_, render, needs) in SECTIONS.items():
+        if not ready(results, needs):
+            continue
+        if name == "finetune_rate" and not results["finetune"].get("sweep"):
+            continue
+        if name == "finetune" and not results["finetune"].get("tasks"):
+            continue
+        if name == "finetune_probes" and not results["finetune"].get("probes"):
+            continue
+        if name == "sgu" and not results["sgu"].get("variants"):
+            continue
+        out[name] = render(results)
+    return out
+
+
+def markdown(results: dict, rendered: dict) -> str:
+    s = results["settings"]
+    lines = [
+        (
+            f"Pretraining: WikiText-2 train, {s['max_steps']} steps x batch {s['batch_size']} x 128 tokens; validation "
+            f"on {s['max_eval_samples']} sequences of valid (fixed mask), test on as many of test; fine-tuning "
+            f"{s['finetune_steps']} steps x batch 32; seeds {s['seeds']}; mean ± standard deviation."
+        ),
+        "",
+    ]
+    for name, table in rendered.items():
+        lines += [f"### {SECTIONS[name][0]}", "", table, ""]
+    return "\n".join(lines)
+
+
+def filled(text: str, rendered: dict) -> str:
+    """`text` with the part between each `<!-- quality:NAME -->` / `<!-- /quality:NAME -->` pair replaced by the
+    table NAME (left as it is where that table is not measured yet)."""
+    for name, table in rendered.items():
+        pattern = re.compile(rf"(<!-- quality:{name} -->\n).*?(<!-- /quality:{name} -->)", re.DOTALL)
+        text = pattern.sub(lambda match, table=table: match.group(1) + table + "\n" + match.group(2), text)
+    return text
+
+
+def plot(results: dict, path: Path) -> None:
+    """Validation perplexity against steps and against training time (final runs, every seed), the training loss,
+    and each model's search runs, each panel with the unigram floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    floor = results["pretrain_reference"]["unigram"]["valid"]["perplexity"]
+    models = list(results.get("pretrain") or results.get("search") or {})
+    figure, axes = plt.subplots(2, 3, figsize=(16, 9), squeeze=False)
+    times = results.get("step_time", {}).get("models", {})
+    panels = [
+        (axes[0][0], "step", "validation perplexity (fixed mask), final recipe"),
+        (axes[0][1], "minutes", "validation perplexity against training time (1 thread)"),
+        (axes[0][2], "step", "training loss"),
+    ]
+    for axis, x_label, title in panels:
+        for index, name in enumerate(models):
+            row = results.get("pretrain", {}).get(name)
+            if not row or (x_label == "minutes" and name not in times):
+                continue
+            key = "train_loss_curves" if "loss" in title else "curves"
+            scale = times[name]["train_step_seconds"] / 60 if x_label == "minutes" else 1
+            for seed, curve in enumerate(row[key]):
+                steps, values = zip(*curve)
+                axis.plot(
+                    [step * scale for step in steps],
+                    values,
+                    color=f"C{index}",
+                    alpha=0.7,
+                    label=name if seed == 0 else None,
+                )
+        if "loss" in title:
+            axis.axhline(math.log(floor), color="gray", linestyle=":", label="unigram (ln ppl)")
+        else:
+            axis.axhline(floor, color="gray", linestyle=":", label="unigram")
+            axis.axhline(floor / 4, color="gray", linestyle="--", label="unigram / 4")
+            axis.set_yscale("log")
+        axis.set(xlabel=x_label, title=title)
+        axis.legend(fontsize=8)
+        axis.grid(alpha=0.3)
+    for axis, name in zip(axes[1], ("bert", "gmlp", "amlp")):
+        for index, run in enumerate(results.get("search", {}).get(name, {}).get("runs", [])):
+            steps, values = zip(*run["curve"])
+            axis.plot(steps, values, color=f"C{index}", label=search.describe(run))
+        axis.axhline(floor, color="gray", linestyle=":", label="unigram")
+        axis.axhline(floor / 4, color="gray", linestyle="--", label="unigram / 4")
+        axis.set(yscale="log", xlabel="step", title=f"{name}: recipe search, validation perplexity")
+        axis.legend(fontsize=7)
+        axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def write(results: dict, output: Path, docs: bool = True) -> str:
+    """quality.md and the plot beside `output`; the tables into docs/quality.md and the README with `docs`."""
+    rendered = tables(results)
+    report = markdown(results, rendered)
+    output.with_suffix(".md").write_text(report)
+    if results.get("pretrain_reference") and (results.get("pretrain") or results.get("search")):
+        plot(results, output.with_name(f"{output.stem}_curves.png"))
+    if docs:
+        for path in PAGES:
+            path.write_text(filled(path.read_text(), rendered))
+    return report

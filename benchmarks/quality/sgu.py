@@ -1,0 +1,68 @@
+"""Part `sgu`: the spatial gating unit variants of the paper's Table 3, pretrained with gMLP's chosen recipe at
+every seed (--sgu_steps each, the warm-up scaled with them), and the split SGU also widened to the unsplit
+variants' parameter count, so that the order is judged at equal size as well as at equal shape."""
+
+import pandas as pd
+
+from .context import Context
+from .curves import mean_std
+from .models import num_parameters, sgu_configs
+from .pretraining import final_recipe, pretrain
+
+# Table 3's MLM validation perplexities (about 100M parameters, the paper's own pretraining).
+PAPER = {"linear": 5.14, "additive": 4.97, "multiplicative": 4.53, "multiplicative_split": 4.35}
+
+
+def sgu_recipe(ctx: Context) -> dict:
+    recipe = final_recipe(ctx, "gmlp")
+    steps = ctx.args.sgu_steps
+    if steps == ctx.args.max_steps:
+        return recipe
+    warmup = round(recipe["warmup_steps"] * steps / ctx.args.max_steps)
+    return {**recipe, "warmup_steps": warmup, "max_steps": steps}
+
+
+def measure(ctx: Context) -> dict:
+    """Per variant: parameters and, seed by seed, the validation and test perplexities and curves."""
+    recipe = ctx.available(sgu_recipe, ctx)
+    if recipe is None:
+        return {}
+    configs = sgu_configs()
+
+    def one(variant):
+        config = configs[variant]
+        # The default variant at gMLP's shape is gMLP itself: its runs are the pretraining part's.
+        name = "gmlp" if config.to_dict() == ctx.configs["gmlp"].to_dict() else f"sgu-{variant.replace(', ', '-')}"
+        runs = [ctx.available(pretrain, ctx, name, seed, recipe, config, part="sgu") for seed in ctx.args.seeds]
+        runs = [run for run in runs if run]
+        if not runs:
+            return None
+        return {
+            "parameters": num_parameters(config),
+            "intermediate_size": config.intermediate_size,
+            "seeds": [run["seed"] for run in runs],
+            "perplexities": [run["perplexity"] for run in runs],
+            "test_perplexities": [run["test_perplexity"] for run in runs],
+            "curves": [run["curve"] for run in runs],
+        }
+
+    found = dict(zip(configs, ctx.parallel(one, list(configs))))
+    return {"recipe": recipe, "variants": {variant: row for variant, row in found.items() if row}}
+
+
+def render(results: dict) -> str:
+    rows = []
+    for variant, row in results["sgu"]["variants"].items():
+        paper = PAPER.get(variant)
+        rows.append(
+            {
+                "variant": variant,
+                "d_ffn": row["intermediate_size"],
+                "parameters": f"{row['parameters'] / 1e6:.2f}M",
+                "validation perplexity": mean_std(row["perplexities"]),
+                "test perplexity": mean_std(row["test_perplexities"]),
+                "validation, seed by seed": " / ".join(f"{value:.1f}" for value in row["perplexities"]),
+                "paper (Table 3)": f"{paper}" if paper else "–",
+            }
+        )
+    return pd.DataFrame(rows).to_markdown(index=False)

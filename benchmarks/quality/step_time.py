@@ -1,0 +1,147 @@
+"""Seconds per training step and per evaluation of each model, measured side by side in one process (one thread,
+the models interleaved round by round, medians): the clock that turns steps into wall-clock time for the tables at
+equal time. The runs' own wall times are not used: they ran two at a time beside other work on a shared machine.
+
+Run it alone (`--parts step_time`), with the background runs paused or at a quiet moment.
+"""
+
+import ctypes
+import ctypes.util
+import os
+import platform
+import statistics
+import time
+
+import pandas as pd
+import torch
+from transformers import AutoTokenizer, TrainingArguments
+
+from gmlp.tasks.mlm import MaskedLMCollator
+
+from .context import TRAIN_FILE, Context
+from .models import masked_lm, num_parameters
+from .reference import blocks
+from .runs import KEEP_FREED_MEMORY, MissingRun, settings_key
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_memory() -> None:
+    """What MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ do for the runs, for this process (glibc's mallopt)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD):
+        if not libc.mallopt(option, int(KEEP_FREED_MEMORY)):
+            raise RuntimeError("mallopt failed: the step times need glibc's allocator settings of the runs")
+
+
+def timers(ctx: Context, tokenizer, name: str, batches: list, evaluation: list):
+    """(one training step, one evaluation) of model `name` as run_mlm.py makes them: the Trainer's default fused
+    AdamW, gMLP's logits at masked positions only in training, full logits and their argmax in evaluation."""
+    torch.manual_seed(0)
+    model = masked_lm(ctx.configs[name])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
+    collator = MaskedLMCollator(tokenizer, sparse_prediction=name != "bert")
+    count = iter(range(10**9))
+
+    def train_step():
+        model.train()
+        batch = collator(batches[next(count) % len(batches)])
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    def evaluate():
+        model.eval()
+        with torch.no_grad():
+            for start in range(0, len(evaluation), 64):
+                batch = collator(evaluation[start : start + 64])
+                model(**batch).logits.argmax(-1)
+
+    return train_step, evaluate
+
+
+def seconds(call, repeats: int) -> float:
+    """Seconds per call of `call`, over `repeats` calls."""
+    start = time.perf_counter()
+    for _ in range(repeats):
+        call()
+    return (time.perf_counter() - start) / repeats
+
+
+def measure_now(ctx: Context, rounds: int = 8, steps_per_round: int = 5, eval_rounds: int = 3) -> dict:
+    """The step and evaluation times of every model, measured now."""
+    torch.set_num_threads(1)
+    keep_freed_memory()
+    tokenizer = AutoTokenizer.from_pretrained(ctx.tokenizer)
+    arguments = TrainingArguments(output_dir=str(ctx.args.work_dir / "step_time"), report_to="none")
+    train = blocks(tokenizer, ctx.wikitext / TRAIN_FILE, arguments).select(range(32 * 8))
+    rows = [{"input_ids": row["input_ids"], "special_tokens_mask": row["special_tokens_mask"]} for row in train]
+    batches = [rows[i : i + ctx.args.batch_size] for i in range(0, len(rows), ctx.args.batch_size)]
+    valid = blocks(tokenizer, ctx.wikitext / "valid.txt", arguments)
+    evaluation = [{"input_ids": row["input_ids"]} for row in valid.select(range(ctx.args.max_eval_samples))]
+    names = list(ctx.configs)
+    calls = {name: timers(ctx, tokenizer, name, batches, evaluation) for name in names}
+    for train_step, _ in calls.values():
+        for _ in range(2):
+            train_step()
+    steps = {name: [] for name in names}
+    for _ in range(rounds):
+        for name in names:
+            steps[name].append(seconds(calls[name][0], steps_per_round))
+    evaluations = {name: [] for name in names}
+    for _ in range(eval_rounds):
+        for name in names:
+            evaluations[name].append(seconds(calls[name][1], 1))
+    return {
+        name: {
+            "parameters": num_parameters(ctx.configs[name]),
+            "train_step_seconds": statistics.median(steps[name]),
+            "eval_seconds": statistics.median(evaluations[name]),
+            "train_step_rounds": steps[name],
+            "eval_rounds": evaluations[name],
+        }
+        for name in names
+    }
+
+
+def measure(ctx: Context) -> dict:
+    """The step times (a record, measured once at a quiet moment; delete it to measure again, on another machine)."""
+    settings = {
+        "models": {name: config.to_dict() for name, config in ctx.configs.items()},
+        "batch_size": ctx.args.batch_size,
+        "max_eval_samples": ctx.args.max_eval_samples,
+        "threads": 1,
+    }
+    name = f"step-time-{settings_key(settings)}"
+    if record := ctx.records.read(name):
+        return record
+    if ctx.args.report_only:
+        raise MissingRun(name)
+    started = time.time()
+    figures = measure_now(ctx)
+    return ctx.records.write(
+        name,
+        {
+            "kind": "step_time",
+            "settings": settings,
+            "allocator": f"glibc, mmap and trim thresholds {KEEP_FREED_MEMORY}",
+            "measured_at": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}",
+            "models": figures,
+        },
+    )
+
+
+def render(results: dict) -> str:
+    figures = results["step_time"]["models"]
+    fastest = min(row["train_step_seconds"] for row in figures.values())
+    table = pd.DataFrame(
+        {
+            "model": list(figures),
+            "parameters": [f"{row['parameters'] / 1e6:.2f}M" for row in figures.values()],
+            "s / training step": [f"{row['train_step_seconds']:.3f}" for row in figures.values()],
+            "relative": [f"{row['train_step_seconds'] / fastest:.2f}x" for row in figures.values()],
+            "s / evaluation": [f"{row['eval_seconds']:.1f}" for row in figures.values()],
+        }
+    )
+    return table.to_markdown(index=False)
