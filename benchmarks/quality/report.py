@@ -135,6 +135,16 @@ def markdown(results: dict, rendered: dict) -> str:
     return "\n".join(lines)
 
 
+def page_tables(rendered: dict) -> dict:
+    """The tables the pages show: the rendered ones, and until the final runs exist, where the search stands in
+    place of the summary."""
+    if "summary" in rendered or "search" not in rendered:
+        return rendered
+    floor = [rendered["reference"], ""] if "reference" in rendered else []
+    interim = ["Under way: the unigram floor and the recipe search so far (seed 0).", "", *floor, rendered["search"]]
+    return {**rendered, "summary": "\n".join(interim)}
+
+
 def filled(text: str, rendered: dict) -> str:
     """`text` with the part between each `<!-- quality:NAME -->` / `<!-- /quality:NAME -->` pair replaced by the
     table NAME (left as it is where that table is not measured yet)."""
@@ -209,5 +219,5 @@ def write(results: dict, output: Path, docs: bool = True) -> str:
         plot(results, output.with_name(f"{output.stem}_curves.png"))
     if docs:
         for path in PAGES:
-            path.write_text(filled(path.read_text(), rendered))
+            path.write_text(filled(path.read_text(), page_tables(rendered)))
     return report
