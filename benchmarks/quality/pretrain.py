@@ -5,7 +5,7 @@ import pandas as pd
 
 from .context import Context
 from .curves import at_step, first_step_below, mean_std
-from .models import num_parameters
+from .models import config_parameters
 from .pretraining import pretrain
 from .search import describe
 
@@ -30,7 +30,7 @@ def measure(ctx: Context, models: list[str]) -> dict:
         if not runs:
             return None
         return {
-            "parameters": num_parameters(ctx.configs[name]),
+            "parameters": config_parameters(ctx.configs[name]),
             "recipe": {
                 key: runs[0]["settings"][key] for key in ("learning_rate", "lr_scheduler_type", "warmup_steps")
             },

@@ -10,10 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-# glibc would otherwise hand the large logits buffers back to the kernel after every step (BENCHMARKING.md);
-# the highest value mallopt takes.
-KEEP_FREED_MEMORY = str(2**31 - 1)
+from ..common import KEEP_FREED_MEMORY, ROOT
+
 # Config fields that do not decide a training run's result (bookkeeping, and defaults that only inference reads):
 # left out of the settings key, so that a new field of this kind does not orphan the finished runs.
 KEY_IGNORED_CONFIG_FIELDS = {
@@ -77,8 +75,9 @@ class Runner:
             "PYTHONPATH": str(ROOT),
             "OMP_NUM_THREADS": self.threads,
             "TOKENIZERS_PARALLELISM": "false",
-            "MALLOC_MMAP_THRESHOLD_": KEEP_FREED_MEMORY,
-            "MALLOC_TRIM_THRESHOLD_": KEEP_FREED_MEMORY,
+            # glibc would otherwise hand the large logits buffers back to the kernel after every step.
+            "MALLOC_MMAP_THRESHOLD_": str(KEEP_FREED_MEMORY),
+            "MALLOC_TRIM_THRESHOLD_": str(KEEP_FREED_MEMORY),
         }
 
     def __call__(self, command: list[str], name: str, priority: int = 0) -> None:

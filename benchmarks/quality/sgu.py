@@ -6,7 +6,7 @@ import pandas as pd
 
 from .context import Context
 from .curves import mean_std
-from .models import num_parameters, sgu_configs
+from .models import config_parameters, sgu_configs
 from .pretraining import final_recipe, pretrain
 
 # Table 3's MLM validation perplexities (about 100M parameters, the paper's own pretraining).
@@ -38,7 +38,7 @@ def measure(ctx: Context) -> dict:
         if not runs:
             return None
         return {
-            "parameters": num_parameters(config),
+            "parameters": config_parameters(config),
             "intermediate_size": config.intermediate_size,
             "seeds": [run["seed"] for run in runs],
             "perplexities": [run["perplexity"] for run in runs],

@@ -5,8 +5,6 @@ equal time. The runs' own wall times are not used: they ran two at a time beside
 Run it alone (`--parts step_time`), with the background runs paused or at a quiet moment.
 """
 
-import ctypes
-import ctypes.util
 import os
 import platform
 import statistics
@@ -18,20 +16,11 @@ from transformers import AutoTokenizer, TrainingArguments
 
 from gmlp.tasks.mlm import MaskedLMCollator
 
+from ..common import KEEP_FREED_MEMORY, set_malloc_thresholds
 from .context import TRAIN_FILE, Context
-from .models import masked_lm, num_parameters
+from .models import config_parameters, masked_lm
 from .reference import blocks
-from .runs import KEEP_FREED_MEMORY, MissingRun, settings_key
-
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-
-
-def keep_freed_memory() -> None:
-    """What MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ do for the runs, for this process (glibc's mallopt)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD):
-        if not libc.mallopt(option, int(KEEP_FREED_MEMORY)):
-            raise RuntimeError("mallopt failed: the step times need glibc's allocator settings of the runs")
+from .runs import MissingRun, settings_key
 
 
 def timers(ctx: Context, tokenizer, name: str, batches: list, evaluation: list):
@@ -71,7 +60,7 @@ def seconds(call, repeats: int) -> float:
 def measure_now(ctx: Context, rounds: int = 8, steps_per_round: int = 5, eval_rounds: int = 3) -> dict:
     """The step and evaluation times of every model, measured now."""
     torch.set_num_threads(1)
-    keep_freed_memory()
+    set_malloc_thresholds(KEEP_FREED_MEMORY)  # what the runs' environment sets (runs.Runner.env)
     tokenizer = AutoTokenizer.from_pretrained(ctx.tokenizer)
     arguments = TrainingArguments(output_dir=str(ctx.args.work_dir / "step_time"), report_to="none")
     train = blocks(tokenizer, ctx.wikitext / TRAIN_FILE, arguments).select(range(32 * 8))
@@ -94,7 +83,7 @@ def measure_now(ctx: Context, rounds: int = 8, steps_per_round: int = 5, eval_ro
             evaluations[name].append(seconds(calls[name][1], 1))
     return {
         name: {
-            "parameters": num_parameters(ctx.configs[name]),
+            "parameters": config_parameters(ctx.configs[name]),
             "train_step_seconds": statistics.median(steps[name]),
             "eval_seconds": statistics.median(evaluations[name]),
             "train_step_rounds": steps[name],
