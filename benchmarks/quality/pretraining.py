@@ -3,7 +3,10 @@ checkpoint's test perplexity), and the recipe search that chooses each model's r
 
 import json
 import math
+import shutil
 from pathlib import Path
+
+from gmlp.tasks.training import checkpoint_folders, checkpoint_problem
 
 from .context import PRIORITY, TRAIN_FILE, Context
 from .runs import MissingRun, settings_key, trainer_outputs
@@ -14,6 +17,7 @@ SEARCH_SCHEDULE = "constant_with_warmup"
 EXTRA_RATES = {"bert": (1e-4,)}
 # What a record of this code's holds; an older one with less is rebuilt from its run's outputs where they exist.
 RECORD_FIELDS = {"test_perplexity", "accuracy_curve", "train_runtime"}
+START_STEP_FILE = "resumed_at_step"  # in a resumed run's output: the step of the checkpoint it resumed from
 
 
 def settings(ctx: Context, config, recipe: dict) -> dict:
@@ -71,6 +75,8 @@ def pretrain(
             raise MissingRun(run_name)
         if not finished(output, run_settings["max_steps"]):
             run_mlm(ctx, run_name, output, config, run_settings, seed, PRIORITY[part])
+        for checkpoint in checkpoint_folders(output):  # only kept to resume an interrupted run
+            shutil.rmtree(checkpoint)
         if not (output / "test" / "eval_results.json").exists():
             evaluate_test(ctx, run_name, output, PRIORITY[part])
         metrics, history = trainer_outputs(output)
@@ -91,16 +97,29 @@ def pretrain(
                 "curve": [(e["step"], math.exp(e["eval_loss"])) for e in evaluations],
                 "accuracy_curve": [(e["step"], e["eval_accuracy"]) for e in evaluations],
                 "train_loss_curve": [(e["step"], e["loss"]) for e in history if "loss" in e],
-                "train_runtime": next((e["train_runtime"] for e in history if "train_runtime" in e), None),
+                "train_runtime": training_time(output, history, run_settings["max_steps"]),
             },
         )
 
 
+def training_time(output: Path, history: list[dict], max_steps: int) -> float | None:
+    """The run's training time in seconds as the Trainer measured it; for a resumed run, its last part's time per step
+    times all the steps (the Trainer times only the part since the resume)."""
+    runtime = next((e["train_runtime"] for e in history if "train_runtime" in e), None)
+    start = output / START_STEP_FILE
+    start_step = int(start.read_text()) if start.exists() else 0
+    return runtime and runtime * max_steps / (max_steps - start_step)
+
+
 def run_mlm(ctx: Context, run_name: str, output: Path, config, run_settings: dict, seed: int, priority: int) -> None:
-    """run_mlm.py with the run's settings, into `output`."""
+    """run_mlm.py with the run's settings, into `output`, saving a checkpoint at each evaluation; a run interrupted
+    earlier (the benchmark stopped, the machine gone) resumes from its newest complete checkpoint."""
     config_dir = ctx.args.work_dir / "configs" / run_name
     config.save_pretrained(config_dir)
     s = run_settings
+    complete = [checkpoint for checkpoint in checkpoint_folders(output) if checkpoint_problem(checkpoint) is None]
+    if complete:
+        (output / START_STEP_FILE).write_text(complete[-1].name.removeprefix("checkpoint-"))
     ctx.run.script(
         "run_mlm.py",
         {
@@ -124,7 +143,10 @@ def run_mlm(ctx: Context, run_name: str, output: Path, config, run_settings: dic
             "max_eval_samples": s["max_eval_samples"],
             "eval_mask_seed": s["eval_mask_seed"],
             "logging_steps": max(1, s["eval_steps"] // 4),
-            "save_strategy": "no",
+            "save_strategy": "steps",
+            "save_steps": s["eval_steps"],
+            "save_total_limit": 1,
+            "resume_from_checkpoint": output if complete else None,
             "report_to": "none",
             "seed": seed,
             "data_seed": 0,
