@@ -44,7 +44,7 @@ def test_an_interrupted_run_resumes_from_its_newest_complete_checkpoint(tmp_path
     checkpoint(output / "checkpoint-200")
     checkpoint(output / "checkpoint-400", complete=False)  # killed while saving
     arguments = launched(tmp_path, monkeypatch, output)
-    assert arguments["resume_from_checkpoint"] == output
+    assert arguments["resume_from_checkpoint"] == output / "checkpoint-200"
     assert (output / pretraining.START_STEP_FILE).read_text() == "200"
     # the Trainer timed steps 200 to 2,000 only: 900 s for 1,800 steps is 1,000 s for the run's 2,000
     history = [{"loss": 5.0, "step": 2000}, {"train_runtime": 900.0}]

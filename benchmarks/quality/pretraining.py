@@ -118,8 +118,9 @@ def run_mlm(ctx: Context, run_name: str, output: Path, config, run_settings: dic
     config.save_pretrained(config_dir)
     s = run_settings
     complete = [checkpoint for checkpoint in checkpoint_folders(output) if checkpoint_problem(checkpoint) is None]
-    if complete:
-        (output / START_STEP_FILE).write_text(complete[-1].name.removeprefix("checkpoint-"))
+    resume = complete[-1] if complete else None
+    if resume:
+        (output / START_STEP_FILE).write_text(resume.name.removeprefix("checkpoint-"))
     ctx.run.script(
         "run_mlm.py",
         {
@@ -146,7 +147,7 @@ def run_mlm(ctx: Context, run_name: str, output: Path, config, run_settings: dic
             "save_strategy": "steps",
             "save_steps": s["eval_steps"],
             "save_total_limit": 1,
-            "resume_from_checkpoint": output if complete else None,
+            "resume_from_checkpoint": resume,  # the one whose step the training time counts from
             "report_to": "none",
             "seed": seed,
             "data_seed": 0,
