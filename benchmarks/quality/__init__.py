@@ -14,6 +14,8 @@ The parts (each runnable alone with --parts; a part also makes the runs it build
 - step_time: seconds per training step and per evaluation, the models side by side in one process;
 - search: per model, the same recipe search on seed 0 (rates, warm-up, constant rate or linear decay);
 - pretrain: each model's chosen recipe at every seed; tables at equal steps and at equal training time;
+- long: each model's chosen rate and warm-up at a constant rate for --long_steps (first seed): where the curves
+  flatten for a reason other than the schedule;
 - finetune: the SST-2 rate sweep, SST-2 / MNLI-m (dev split) / SQuAD v1.1 (dev split) at every seed, BERT's recipe
   probes;
 - sgu: the SGU variants of the paper's Table 3 (gMLP's recipe, --sgu_steps), the split one also at equal size.

@@ -12,14 +12,14 @@ if __package__ in (None, ""):  # run as `python benchmarks/quality`: make the pa
     __package__ = "benchmarks.quality"
 
 from benchmarks.quality import __doc__ as DOC
-from benchmarks.quality import finetune, pretrain, reference, report, search, sgu, step_time
+from benchmarks.quality import finetune, long, pretrain, reference, report, search, sgu, step_time
 from benchmarks.quality.context import Context
 from benchmarks.quality.finetune import TASKS
 from benchmarks.quality.models import MODELS
 from benchmarks.quality.runs import ROOT
 
-PARTS = ("reference", "step_time", "search", "pretrain", "finetune", "sgu")
-DEFAULT_PARTS = ("reference", "search", "pretrain", "finetune", "sgu")
+PARTS = ("reference", "step_time", "search", "pretrain", "long", "finetune", "sgu")
+DEFAULT_PARTS = ("reference", "search", "pretrain", "long", "finetune", "sgu")
 # Options that do not decide a figure: left out of quality.json's settings.
 NOT_SETTINGS = {"parts", "jobs", "data", "work_dir", "output", "no_docs", "report_only"}
 
@@ -38,6 +38,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--warmup_steps", type=int, default=200, help="the search's warm-up")
     add("--long_warmup_steps", type=int, default=600, help="the search's longer warm-up")
     add("--search_rates", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3], help="the search's first rates")
+    add("--long_steps", type=int, default=6000, help="the long runs' steps (part long: constant rate, first seed)")
     add("--eval_steps", type=int, default=200, help="steps between validation evaluations")
     add("--max_eval_samples", type=int, default=1024, help="validation (and test) sequences of 128 tokens")
     add("--sgu_steps", type=int, default=1000, help="pretraining steps of each SGU-variant run")
@@ -63,6 +64,7 @@ def measures(models: list[str]) -> dict:
         "step_time": step_time.measure,
         "search": lambda ctx: search.measure(ctx, models),
         "pretrain": lambda ctx: pretrain.measure(ctx, models),
+        "long": lambda ctx: long.measure(ctx, models),
         "finetune": lambda ctx: finetune.measure(ctx, models),
         "sgu": sgu.measure,
     }

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import finetune, pretrain, reference, search, sgu, step_time
+from . import finetune, long, pretrain, reference, search, sgu, step_time
 from .curves import mean_std
 from .runs import ROOT
 
@@ -85,6 +85,11 @@ SECTIONS = {
         pretrain.render_equal_time,
         ("pretrain", "step_time", "pretrain_derived"),
     ),
+    "long": (
+        "Longer pretraining at a constant rate (seed 0)",
+        long.render,
+        ("long", "pretrain_reference"),
+    ),
     "finetune_rate": ("Fine-tuning rate: SST-2 dev accuracy (%), seed 0", finetune.render_sweep, ("finetune",)),
     "finetune": ("Fine-tuning, each model at its best rate", finetune.render_tasks, ("finetune",)),
     "finetune_probes": (
@@ -156,7 +161,7 @@ def filled(text: str, rendered: dict) -> str:
 
 def plot(results: dict, path: Path) -> None:
     """Validation perplexity against steps and against training time (final runs, every seed), the training loss,
-    and each model's search runs, each panel with the unigram floor."""
+    and each model's search runs with its long run, each panel with the unigram floor."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -200,9 +205,13 @@ def plot(results: dict, path: Path) -> None:
         for index, run in enumerate(results.get("search", {}).get(name, {}).get("runs", [])):
             steps, values = zip(*run["curve"])
             axis.plot(steps, values, color=f"C{index}", label=search.describe(run))
+        if run := results.get("long", {}).get(name):
+            steps, values = zip(*run["curve"])
+            label = f"{search.describe(run['recipe'])}, {run['max_steps']:,} steps"
+            axis.plot(steps, values, color="black", linestyle="-.", label=label)
         axis.axhline(floor, color="gray", linestyle=":", label="unigram")
         axis.axhline(floor / 4, color="gray", linestyle="--", label="unigram / 4")
-        axis.set(yscale="log", xlabel="step", title=f"{name}: recipe search, validation perplexity")
+        axis.set(yscale="log", xlabel="step", title=f"{name}: recipe search and long run, validation perplexity")
         axis.legend(fontsize=7)
         axis.grid(alpha=0.3)
     figure.tight_layout()
