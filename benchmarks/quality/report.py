@@ -17,7 +17,8 @@ PAGES = (ROOT / "docs" / "quality.md", ROOT / "README.md")  # the pages with gen
 
 
 def summary(results: dict) -> str:
-    """The README's table: per model, pretraining at equal steps and time and the fine-tuning means."""
+    """The README's table: per model, pretraining at equal steps and time, where each seed's curve leaves the plateau
+    (its first evaluation at or below half the unigram perplexity), and the fine-tuning means."""
     derived = results["pretrain_derived"]
     tasks = results.get("finetune", {}).get("tasks", {})
     steps = max(row["max_steps"] for row in results["pretrain"].values())
@@ -32,6 +33,9 @@ def summary(results: dict) -> str:
             at_steps: mean_std(row["perplexities"]),
             at_time: mean_std(derived["models"][name]["equal_time_perplexities"]),
             "test ppl": mean_std(row["test_perplexities"]),
+            "step at ≤ unigram / 2": " / ".join(
+                str(step or "never") for step in derived["models"][name]["first_step_at_unigram_over_2"]
+            ),
         }
         for task, label, key, scale in SUMMARY_TASKS:
             found = [figures for row_name, figures in tasks.get(task, {}).items() if row_name.split(",")[0] == name]
