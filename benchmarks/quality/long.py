@@ -6,7 +6,7 @@ import pandas as pd
 
 from .context import Context
 from .curves import at_step, first_step_below
-from .pretraining import SEARCH_SCHEDULE, final_recipe, pretrain
+from .pretraining import RECIPE_FIELDS, SEARCH_SCHEDULE, final_recipe, pretrain
 from .search import describe
 
 LAST_STEPS = 1000  # the table's change of the perplexity at the end: over this many steps
@@ -27,7 +27,7 @@ def measure(ctx: Context, models: list[str]) -> dict:
         if not run:
             return None
         return {
-            "recipe": {key: recipe[key] for key in ("learning_rate", "lr_scheduler_type", "warmup_steps")},
+            "recipe": {key: recipe[key] for key in RECIPE_FIELDS},
             "max_steps": recipe["max_steps"],
             "seed": run["seed"],
             "perplexity": run["perplexity"],

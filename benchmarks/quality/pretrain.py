@@ -6,7 +6,7 @@ import pandas as pd
 from .context import Context
 from .curves import at_step, first_step_below, mean_std
 from .models import config_parameters
-from .pretraining import pretrain
+from .pretraining import RECIPE_FIELDS, pretrain
 from .search import describe
 
 # a run record's field -> the seed-by-seed list in quality.json
@@ -31,9 +31,7 @@ def measure(ctx: Context, models: list[str]) -> dict:
             return None
         return {
             "parameters": config_parameters(ctx.configs[name]),
-            "recipe": {
-                key: runs[0]["settings"][key] for key in ("learning_rate", "lr_scheduler_type", "warmup_steps")
-            },
+            "recipe": {key: runs[0]["settings"][key] for key in RECIPE_FIELDS},
             "max_steps": runs[0]["settings"]["max_steps"],
             "seeds": [run["seed"] for run in runs],
             **{plural: [run[field] for run in runs] for field, plural in FIELDS.items()},
