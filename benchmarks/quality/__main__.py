@@ -78,6 +78,7 @@ def run_parts(ctx: Context, parts: list[str], models: list[str]) -> None:
         if name in parts:
             steps[name](ctx)
     background = [name for name in parts if name not in ("reference", "step_time")]
+    ctx.run.slots.hold()
     with ThreadPoolExecutor(max(1, len(background))) as pool:
         for future in [pool.submit(steps[name], ctx) for name in background]:
             future.result()

@@ -4,10 +4,12 @@ import hashlib
 import heapq
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from ..common import KEEP_FREED_MEMORY, ROOT
@@ -33,26 +35,49 @@ class MissingRun(Exception):
 
 
 class PrioritySlots:
-    """A semaphore of `count` slots whose waiters go in order of priority (lowest first), then of arrival."""
+    """A semaphore of `count` slots whose waiters go in order of priority (lowest first), then of arrival.
 
-    def __init__(self, count: int):
+    A freed slot is held back for `grace` seconds from waiters of a lower priority than the run that freed it, and
+    `hold` holds back every waiter: a part makes its runs one after another, so a finished run's follow-up (its test
+    evaluation, the next seed) queues a moment after the slot frees, and parts that start together read their records
+    before their first run queues. Without the grace, a lower-priority run waiting at that moment would take the slot.
+    """
+
+    def __init__(self, count: int, grace: float = 10.0):
         self.free = count
         self.waiting = []
         self.order = itertools.count()
         self.condition = threading.Condition()
+        self.grace = grace
+        self.held_until = 0.0  # until then, waiters of priorities above held_above wait
+        self.held_above = -math.inf
 
     def acquire(self, priority: int) -> None:
         with self.condition:
             ticket = (priority, next(self.order))
             heapq.heappush(self.waiting, ticket)
-            self.condition.wait_for(lambda: self.free and self.waiting[0] == ticket)
+            while True:
+                hold = self.held_until - time.monotonic() if priority > self.held_above else 0
+                if self.free and self.waiting[0] == ticket and hold <= 0:
+                    break
+                self.condition.wait(hold if hold > 0 else None)
             heapq.heappop(self.waiting)
             self.free -= 1
             self.condition.notify_all()
 
-    def release(self) -> None:
+    def hold(self) -> None:
+        """Holds back every waiter for the grace: for threads that start together to queue before any run starts."""
+        with self.condition:
+            self.held_until, self.held_above = time.monotonic() + self.grace, -math.inf
+
+    def release(self, priority: int) -> None:
+        """Frees a slot taken with `priority`."""
         with self.condition:
             self.free += 1
+            now = time.monotonic()
+            holding = now < self.held_until
+            self.held_above = min(self.held_above, priority) if holding else priority
+            self.held_until = now + self.grace
             self.condition.notify_all()
 
 
@@ -93,7 +118,7 @@ class Runner:
                     command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, env=self.env(), check=False
                 )
         finally:
-            self.slots.release()
+            self.slots.release(priority)
         if result.returncode:
             raise RuntimeError(f"{name} failed; see {log}:\n" + log.read_text()[-3000:])
         print(f"  done  {name}", file=sys.stderr, flush=True)
