@@ -31,26 +31,34 @@ def queued(slots, count):
     assert len(slots.waiting) == count
 
 
+def freed_with_a_waiter(slots, order, freed, waiting):
+    """Takes a slot with priority `freed`, lets a run of priority `waiting` queue for it, and frees it; the waiter."""
+    slots.acquire(freed)
+    thread = waiter(slots, waiting, order)
+    queued(slots, 1)
+    slots.release(freed)
+    return thread
+
+
+def with_a_late_arrival(slots, order, waiting, priority):
+    """Lets a run of `priority` queue LATE after `waiting` did, and waits for both to take their slot."""
+    time.sleep(LATE)
+    late = waiter(slots, priority, order)
+    for thread in (waiting, late):
+        thread.join(timeout=10)
+
+
 def test_the_follow_up_of_a_finished_run_goes_before_a_lower_priority_run_that_was_waiting():
     slots, order = PrioritySlots(1, grace=GRACE), []
-    slots.acquire(2)
-    later = waiter(slots, 3, order)
-    queued(slots, 1)
-    slots.release(2)
-    time.sleep(LATE)
-    follow_up = waiter(slots, 2, order)
-    for thread in (later, follow_up):
-        thread.join(timeout=10)
+    later = freed_with_a_waiter(slots, order, freed=2, waiting=3)
+    with_a_late_arrival(slots, order, later, priority=2)  # the freeing part's next run
     assert order == [2, 3]
 
 
 def test_a_higher_priority_run_waiting_when_a_slot_frees_takes_it_at_once():
     slots, order = PrioritySlots(1, grace=60.0), []
-    slots.acquire(3)
-    first = waiter(slots, 2, order)
-    queued(slots, 1)
     start = time.monotonic()
-    slots.release(3)
+    first = freed_with_a_waiter(slots, order, freed=3, waiting=2)
     first.join(timeout=10)
     assert order == [2]
     assert time.monotonic() - start < 5  # not held back for the grace
@@ -61,18 +69,11 @@ def test_parts_that_start_together_queue_by_priority_however_they_arrive():
     slots.hold()
     low = waiter(slots, 5, order)
     queued(slots, 1)
-    time.sleep(LATE)
-    high = waiter(slots, 1, order)
-    for thread in (low, high):
-        thread.join(timeout=10)
+    with_a_late_arrival(slots, order, low, priority=1)
     assert order == [1, 5]
 
 
 def test_a_lower_priority_run_starts_once_the_grace_is_over():
     slots, order = PrioritySlots(1, grace=0.2), []
-    slots.acquire(2)
-    later = waiter(slots, 3, order)
-    queued(slots, 1)
-    slots.release(2)
-    later.join(timeout=10)
+    freed_with_a_waiter(slots, order, freed=2, waiting=3).join(timeout=10)
     assert order == [3]
