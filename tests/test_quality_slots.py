@@ -1,5 +1,5 @@
 """The quality benchmark's run slots go by priority, also at the moments a part's next run is about to queue: when a
-run has just freed its slot, and when the parts start together."""
+run has just freed its slot (kept for the freeing thread's next run), and when the parts start together."""
 
 import threading
 import time
@@ -11,7 +11,7 @@ LATE = 0.3  # how long after the slot frees (or the parts start) the higher-prio
 
 
 def waiter(slots, priority, order):
-    """A thread that takes a slot with `priority`, notes it in `order` and frees it at once."""
+    """A thread that takes a slot with `priority`, notes its priority in `order` and frees it at once."""
 
     def take():
         slots.acquire(priority)
@@ -48,11 +48,37 @@ def with_a_late_arrival(slots, order, waiting, priority):
         thread.join(timeout=10)
 
 
+def follow_up(slots, order, waiting, priority):
+    """The freeing thread's next run, LATE after its slot freed: takes a slot with `priority` and notes "follow-up"."""
+    time.sleep(LATE)
+    slots.acquire(priority)
+    order.append("follow-up")
+    slots.release(priority)
+    waiting.join(timeout=10)
+
+
 def test_the_follow_up_of_a_finished_run_goes_before_a_lower_priority_run_that_was_waiting():
     slots, order = PrioritySlots(1, grace=GRACE), []
     later = freed_with_a_waiter(slots, order, freed=2, waiting=3)
-    with_a_late_arrival(slots, order, later, priority=2)  # the freeing part's next run
-    assert order == [2, 3]
+    follow_up(slots, order, later, priority=2)
+    assert order == ["follow-up", 3]
+
+
+def test_the_follow_up_of_a_finished_run_goes_before_a_run_of_its_priority_that_was_waiting():
+    slots, order = PrioritySlots(1, grace=GRACE), []
+    earlier = freed_with_a_waiter(slots, order, freed=3, waiting=3)
+    follow_up(slots, order, earlier, priority=3)
+    assert order == ["follow-up", 3]
+
+
+def test_only_the_freed_slot_is_kept_the_other_free_slots_go_at_once():
+    slots, order = PrioritySlots(2, grace=60.0), []
+    start = time.monotonic()
+    slots.acquire(3)
+    slots.release(3)  # kept for this thread: the other free slot is not
+    waiter(slots, 3, order).join(timeout=10)
+    assert order == [3]
+    assert time.monotonic() - start < 5
 
 
 def test_a_higher_priority_run_waiting_when_a_slot_frees_takes_it_at_once():

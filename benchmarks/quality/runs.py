@@ -4,7 +4,6 @@ import hashlib
 import heapq
 import itertools
 import json
-import math
 import os
 import subprocess
 import sys
@@ -37,10 +36,10 @@ class MissingRun(Exception):
 class PrioritySlots:
     """A semaphore of `count` slots whose waiters go in order of priority (lowest first), then of arrival.
 
-    A freed slot is held back for `grace` seconds from waiters of a lower priority than the run that freed it, and
-    `hold` holds back every waiter: a part makes its runs one after another, so a finished run's follow-up (its test
-    evaluation, the next seed) queues a moment after the slot frees, and parts that start together read their records
-    before their first run queues. Without the grace, a lower-priority run waiting at that moment would take the slot.
+    A freed slot is kept for `grace` seconds for the thread that freed it: a part makes its runs one after another, so
+    a finished run's follow-up (its test evaluation, the next seed) asks a moment after the slot frees, and goes before
+    the waiters of its priority and below; waiters of a higher priority are not held. `hold` holds back every waiter
+    for the grace, so that parts that start together read their records and queue before any run starts.
     """
 
     def __init__(self, count: int, grace: float = 10.0):
@@ -49,35 +48,44 @@ class PrioritySlots:
         self.order = itertools.count()
         self.condition = threading.Condition()
         self.grace = grace
-        self.held_until = 0.0  # until then, waiters of priorities above held_above wait
-        self.held_above = -math.inf
+        self.held_until = 0.0  # set by `hold`
+        self.kept = {}  # thread that freed a slot -> (its priority, until when the slot is kept for it)
 
     def acquire(self, priority: int) -> None:
         with self.condition:
-            ticket = (priority, next(self.order))
+            returning = self.kept.pop(threading.get_ident(), (0, 0.0))[1] > time.monotonic()
+            ticket = (priority, not returning, next(self.order))  # a returning thread goes first in its priority
             heapq.heappush(self.waiting, ticket)
             while True:
-                hold = self.held_until - time.monotonic() if priority > self.held_above else 0
-                if self.free and self.waiting[0] == ticket and hold <= 0:
+                wait = (0.0 if self.free else None) if returning else self.wait_for(priority)
+                if wait == 0 and self.waiting[0] == ticket:
                     break
-                self.condition.wait(hold if hold > 0 else None)
+                self.condition.wait(wait or None)
             heapq.heappop(self.waiting)
             self.free -= 1
             self.condition.notify_all()
 
+    def wait_for(self, priority: int) -> float | None:
+        """0 if a free slot may go to a waiter of `priority` now; else how long the free slots are held (for the start,
+        or kept for threads that freed them with `priority` or a higher one), or None if none is free."""
+        now = time.monotonic()
+        if self.held_until > now:
+            return self.held_until - now
+        kept = sorted(until - now for kept, until in self.kept.values() if until > now and kept <= priority)
+        if self.free > len(kept):
+            return 0.0
+        return kept[len(kept) - self.free] if self.free else None
+
     def hold(self) -> None:
         """Holds back every waiter for the grace: for threads that start together to queue before any run starts."""
         with self.condition:
-            self.held_until, self.held_above = time.monotonic() + self.grace, -math.inf
+            self.held_until = time.monotonic() + self.grace
 
     def release(self, priority: int) -> None:
-        """Frees a slot taken with `priority`."""
+        """Frees a slot taken with `priority`, kept for the freeing thread's next run for the grace."""
         with self.condition:
             self.free += 1
-            now = time.monotonic()
-            holding = now < self.held_until
-            self.held_above = min(self.held_above, priority) if holding else priority
-            self.held_until = now + self.grace
+            self.kept[threading.get_ident()] = (priority, time.monotonic() + self.grace)
             self.condition.notify_all()
 
 
