@@ -71,7 +71,9 @@ class PrioritySlots:
         now = time.monotonic()
         if self.held_until > now:
             return self.held_until - now
-        kept = sorted(until - now for kept, until in self.kept.values() if until > now and kept <= priority)
+        kept = sorted(
+            until - now for freed_with, until in self.kept.values() if until > now and freed_with <= priority
+        )
         if self.free > len(kept):
             return 0.0
         return kept[len(kept) - self.free] if self.free else None
