@@ -27,3 +27,22 @@ def test_the_change_at_the_end_is_read_between_the_evaluations():
     assert long.change(curve, 1000) == pytest.approx(-0.1)
     assert long.change(curve, 2000) == pytest.approx(0.9**2 - 1)
     assert not math.isclose(long.change(curve, 1000), curve[-1][1] / curve[-3][1] - 1)
+
+
+def test_the_long_table_keeps_one_decimal_on_round_figures():
+    # tabulate parses figure-like strings back to numbers and drops a ".0": the figures must stay "80.0", "23.0"
+    curve = [[step, 100.0 - step / 100] for step in range(200, 4001, 200)]
+    results = {
+        "settings": {"max_steps": 2000, "long_steps": 4000},
+        "pretrain_reference": {"unigram": {"valid": {"perplexity": 200.0}, "test": {"perplexity": 210.0}}},
+        "long": {
+            "gmlp": {
+                "recipe": {"learning_rate": 3e-3, "warmup_steps": 600, "lr_scheduler_type": "constant_with_warmup"},
+                "curve": curve,
+                "test_perplexity": 23.0,
+            }
+        },
+    }
+    row = next(line for line in long.render(results).splitlines() if line.startswith("| gmlp"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[2:] == ["80.0", "60.0", "-14.3%", "never", "23.0"]

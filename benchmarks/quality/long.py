@@ -59,10 +59,10 @@ def render(results: dict) -> str:
         {
             "model": name,
             "recipe": describe(row["recipe"]),
-            **{f"valid ppl, step {mark:,}": f"{at_step(row['curve'], mark):.1f}" for mark in marks},
+            **{f"valid ppl, step {mark:,}": at_step(row["curve"], mark) for mark in marks},
             f"change over the last {LAST_STEPS:,} steps": f"{100 * change(row['curve'], LAST_STEPS):+.1f}%",
             "step at ≤ unigram / 4": str(first_step_below(row["curve"], floor["valid"]["perplexity"] / 4) or "never"),
-            test: f"{row['test_perplexity']:.1f}",
+            test: row["test_perplexity"],
         }
         for name, row in results["long"].items()
     ]
@@ -70,8 +70,9 @@ def render(results: dict) -> str:
         {
             "model": "unigram (reference)",
             "recipe": "training-split frequencies, add-one",
-            **{f"valid ppl, step {mark:,}": f"{floor['valid']['perplexity']:.1f}" for mark in marks},
-            test: f"{floor['test']['perplexity']:.1f}",
+            **{f"valid ppl, step {mark:,}": floor["valid"]["perplexity"] for mark in marks},
+            test: floor["test"]["perplexity"],
         }
     )
-    return pd.DataFrame(rows).fillna("–").to_markdown(index=False)
+    # Figures stay numbers formatted by tabulate: a string such as "23.0" would be parsed back and printed as "23".
+    return pd.DataFrame(rows).fillna("–").to_markdown(index=False, floatfmt=".1f")
