@@ -30,7 +30,7 @@ def test_the_change_at_the_end_is_read_between_the_evaluations():
 
 
 def test_the_long_table_keeps_one_decimal_on_round_figures():
-    # tabulate parses figure-like strings back to numbers and drops a ".0": the figures must stay "80.0", "23.0"
+    # tabulate, left to parse figures, prints "23.0" as "23": the cells must stay as formatted
     curve = [[step, 100.0 - step / 100] for step in range(200, 4001, 200)]
     results = {
         "settings": {"max_steps": 2000, "long_steps": 4000},

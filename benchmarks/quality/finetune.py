@@ -9,8 +9,7 @@
   its own, as mean pooling was for the MLP models.
 """
 
-import pandas as pd
-
+from ..common import markdown_table
 from .context import PRIORITY, Context
 from .curves import mean_std
 from .pretraining import pretrain
@@ -207,7 +206,7 @@ def render_sweep(results: dict) -> str:
             for rate in rates
         }
         rows.append({"model": name, **cells})
-    return pd.DataFrame(rows).to_markdown(index=False)
+    return markdown_table(rows)
 
 
 def render_tasks(results: dict) -> str:
@@ -228,7 +227,7 @@ def render_tasks(results: dict) -> str:
                     ),
                 }
             )
-    return pd.DataFrame(rows).to_markdown(index=False)
+    return markdown_table(rows)
 
 
 def render_probes(results: dict) -> str:
@@ -237,4 +236,4 @@ def render_probes(results: dict) -> str:
         for probe, by_task in probes.items():
             cells = {TASK_NAMES[t]: f"{100 * by_task[t]:.1f}" if t in by_task else "–" for t in PROBE_TASKS}
             rows.append({"model": name, "probe": probe, **cells})
-    return pd.DataFrame(rows).to_markdown(index=False)
+    return markdown_table(rows)

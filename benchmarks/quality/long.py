@@ -2,8 +2,7 @@
 validation curve flattens for a reason other than the schedule reaching zero, and whether more steps than the tables
 compare at take BERT to a quarter of the unigram perplexity."""
 
-import pandas as pd
-
+from ..common import markdown_table
 from .context import Context
 from .curves import at_step, first_step_below
 from .pretraining import RECIPE_FIELDS, SEARCH_SCHEDULE, final_recipe, pretrain
@@ -59,10 +58,10 @@ def render(results: dict) -> str:
         {
             "model": name,
             "recipe": describe(row["recipe"]),
-            **{f"valid ppl, step {mark:,}": at_step(row["curve"], mark) for mark in marks},
+            **{f"valid ppl, step {mark:,}": f"{at_step(row['curve'], mark):.1f}" for mark in marks},
             f"change over the last {LAST_STEPS:,} steps": f"{100 * change(row['curve'], LAST_STEPS):+.1f}%",
             "step at ≤ unigram / 4": str(first_step_below(row["curve"], floor["valid"]["perplexity"] / 4) or "never"),
-            test: row["test_perplexity"],
+            test: f"{row['test_perplexity']:.1f}",
         }
         for name, row in results["long"].items()
     ]
@@ -70,9 +69,8 @@ def render(results: dict) -> str:
         {
             "model": "unigram (reference)",
             "recipe": "training-split frequencies, add-one",
-            **{f"valid ppl, step {mark:,}": floor["valid"]["perplexity"] for mark in marks},
-            test: floor["test"]["perplexity"],
+            **{f"valid ppl, step {mark:,}": f"{floor['valid']['perplexity']:.1f}" for mark in marks},
+            test: f"{floor['test']['perplexity']:.1f}",
         }
     )
-    # Figures stay numbers formatted by tabulate: a string such as "23.0" would be parsed back and printed as "23".
-    return pd.DataFrame(rows).fillna("–").to_markdown(index=False, floatfmt=".1f")
+    return markdown_table(rows)

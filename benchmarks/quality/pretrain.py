@@ -1,8 +1,7 @@
 """Part `pretrain`: each model pretrained with its chosen recipe at every seed (the search's run is seed 0), and the
 tables at equal steps and at equal wall-clock time, each beside the unigram floor."""
 
-import pandas as pd
-
+from ..common import markdown_table
 from .context import Context
 from .curves import at_step, first_step_below, mean_std
 from .models import config_parameters
@@ -97,7 +96,7 @@ def render_equal_steps(results: dict) -> str:
             "masked-token accuracy, validation (%)": f"{100 * floor['valid']['accuracy']:.1f}",
         }
     )
-    return pd.DataFrame(rows).fillna("–").to_markdown(index=False)
+    return markdown_table(rows)
 
 
 def render_equal_time(results: dict) -> str:
@@ -116,5 +115,5 @@ def render_equal_time(results: dict) -> str:
     ]
     rows.append({"model": "unigram (reference)", "validation perplexity": f"{floor:.1f}"})
     budget = derived["equal_time_budget_seconds"] / 60
-    table = pd.DataFrame(rows).fillna("–").to_markdown(index=False)
+    table = markdown_table(rows)
     return f"Budget: {budget:.1f} minutes of training on one thread (evaluations not counted).\n\n{table}"

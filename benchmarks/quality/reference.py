@@ -8,12 +8,12 @@ import math
 import tempfile
 
 import numpy as np
-import pandas as pd
 from transformers import AutoTokenizer, TrainingArguments
 
 from gmlp.tasks.mlm import MaskedLMCollator, tokenize_for_mlm, with_fixed_mask
 from gmlp.tasks.training import load_data_files, take_split
 
+from ..common import markdown_table
 from .context import TRAIN_FILE, Context
 from .models import GMLP_TINY
 from .runs import MissingRun, settings_key
@@ -75,12 +75,14 @@ def measure(ctx: Context) -> dict:
 def render(results: dict) -> str:
     """The reference row set as a table."""
     figures = results["pretrain_reference"]["unigram"]
-    table = pd.DataFrame(
-        {
-            "split": list(figures),
-            "unigram perplexity": [f"{row['perplexity']:.1f}" for row in figures.values()],
-            "masked-token accuracy (%)": [f"{100 * row['accuracy']:.1f}" for row in figures.values()],
-            "masked positions": [f"{row['masked_tokens']:,}" for row in figures.values()],
-        }
+    return markdown_table(
+        [
+            {
+                "split": split,
+                "unigram perplexity": f"{row['perplexity']:.1f}",
+                "masked-token accuracy (%)": f"{100 * row['accuracy']:.1f}",
+                "masked positions": f"{row['masked_tokens']:,}",
+            }
+            for split, row in figures.items()
+        ]
     )
-    return table.to_markdown(index=False)

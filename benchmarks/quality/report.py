@@ -7,8 +7,7 @@ import math
 import re
 from pathlib import Path
 
-import pandas as pd
-
+from ..common import markdown_table
 from . import finetune, long, pretrain, reference, search, sgu, step_time
 from .curves import mean_std
 from .runs import ROOT
@@ -45,7 +44,7 @@ def summary(results: dict) -> str:
     rows.append(
         {"model": "unigram", at_steps: unigram, at_time: unigram, "test ppl": f"{floor['test']['perplexity']:.1f}"}
     )
-    return pd.DataFrame(rows).fillna("–").to_markdown(index=False)
+    return markdown_table(rows)
 
 
 SUMMARY_TASKS = (
@@ -75,7 +74,7 @@ def render_runtime(results: dict) -> str:
         {"runs of": kind, "records": row["runs"], "training time, summed (h)": f"{row['hours']:.1f}"}
         for kind, row in results["runtime"].items()
     ]
-    return pd.DataFrame(rows).to_markdown(index=False)
+    return markdown_table(rows)
 
 
 # name -> (title, render function, the results it needs)

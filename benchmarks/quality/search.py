@@ -1,8 +1,7 @@
 """Part `search`: the same pretraining recipe search for every model (rates, warm-up, schedule; first seed), the
 runs' validation perplexities, and the recipe each model is pretrained with from then on."""
 
-import pandas as pd
-
+from ..common import markdown_table
 from .context import Context
 from .curves import first_step_below
 from .pretraining import RECIPE_FIELDS, best, search
@@ -56,8 +55,8 @@ def render(results: dict) -> str:
                     "model": name,
                     "recipe": describe(run) + (mark if chosen else ""),
                     "validation perplexity": f"{run['perplexity']:.1f}",
-                    "step at ≤ unigram / 2": first_step_below(run["curve"], floor / 2) or "never",
-                    "step at ≤ unigram / 4": first_step_below(run["curve"], floor / 4) or "never",
+                    "step at ≤ unigram / 2": str(first_step_below(run["curve"], floor / 2) or "never"),
+                    "step at ≤ unigram / 4": str(first_step_below(run["curve"], floor / 4) or "never"),
                 }
             )
-    return pd.DataFrame(rows).to_markdown(index=False)
+    return markdown_table(rows)

@@ -2,8 +2,7 @@
 every seed (--sgu_steps each, the warm-up scaled with them), and the split SGU also widened to the unsplit
 variants' parameter count, so that the order is judged at equal size as well as at equal shape."""
 
-import pandas as pd
-
+from ..common import markdown_table
 from .context import Context
 from .curves import mean_std
 from .models import config_parameters, sgu_configs
@@ -57,7 +56,7 @@ def render(results: dict) -> str:
         rows.append(
             {
                 "variant": variant,
-                "d_ffn": row["intermediate_size"],
+                "d_ffn": str(row["intermediate_size"]),
                 "parameters": f"{row['parameters'] / 1e6:.2f}M",
                 "validation perplexity": mean_std(row["perplexities"]),
                 "test perplexity": mean_std(row["test_perplexities"]),
@@ -65,4 +64,4 @@ def render(results: dict) -> str:
                 "paper (Table 3)": f"{paper}" if paper else "–",
             }
         )
-    return pd.DataFrame(rows).to_markdown(index=False)
+    return markdown_table(rows)

@@ -10,13 +10,12 @@ import platform
 import statistics
 import time
 
-import pandas as pd
 import torch
 from transformers import AutoTokenizer, TrainingArguments
 
 from gmlp.tasks.mlm import MaskedLMCollator
 
-from ..common import KEEP_FREED_MEMORY, set_malloc_thresholds
+from ..common import KEEP_FREED_MEMORY, markdown_table, set_malloc_thresholds
 from .context import TRAIN_FILE, Context
 from .models import config_parameters, masked_lm
 from .reference import blocks
@@ -124,13 +123,15 @@ def measure(ctx: Context) -> dict:
 def render(results: dict) -> str:
     figures = results["step_time"]["models"]
     fastest = min(row["train_step_seconds"] for row in figures.values())
-    table = pd.DataFrame(
-        {
-            "model": list(figures),
-            "parameters": [f"{row['parameters'] / 1e6:.2f}M" for row in figures.values()],
-            "s / training step": [f"{row['train_step_seconds']:.3f}" for row in figures.values()],
-            "relative": [f"{row['train_step_seconds'] / fastest:.2f}x" for row in figures.values()],
-            "s / evaluation": [f"{row['eval_seconds']:.1f}" for row in figures.values()],
-        }
+    return markdown_table(
+        [
+            {
+                "model": name,
+                "parameters": f"{row['parameters'] / 1e6:.2f}M",
+                "s / training step": f"{row['train_step_seconds']:.3f}",
+                "relative": f"{row['train_step_seconds'] / fastest:.2f}x",
+                "s / evaluation": f"{row['eval_seconds']:.1f}",
+            }
+            for name, row in figures.items()
+        ]
     )
-    return table.to_markdown(index=False)
