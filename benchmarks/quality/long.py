@@ -60,7 +60,7 @@ def render(results: dict) -> str:
             "recipe": describe(row["recipe"]),
             **{f"valid ppl, step {mark:,}": f"{at_step(row['curve'], mark):.1f}" for mark in marks},
             f"change over the last {LAST_STEPS:,} steps": f"{100 * change(row['curve'], LAST_STEPS):+.1f}%",
-            "step at ≤ unigram / 4": str(first_step_below(row["curve"], floor["valid"]["perplexity"] / 4) or "never"),
+            "step at ≤ unigram / 4": first_step_below(row["curve"], floor["valid"]["perplexity"] / 4) or "never",
             test: f"{row['test_perplexity']:.1f}",
         }
         for name, row in results["long"].items()

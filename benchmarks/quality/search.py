@@ -55,8 +55,8 @@ def render(results: dict) -> str:
                     "model": name,
                     "recipe": describe(run) + (mark if chosen else ""),
                     "validation perplexity": f"{run['perplexity']:.1f}",
-                    "step at ≤ unigram / 2": str(first_step_below(run["curve"], floor / 2) or "never"),
-                    "step at ≤ unigram / 4": str(first_step_below(run["curve"], floor / 4) or "never"),
+                    "step at ≤ unigram / 2": first_step_below(run["curve"], floor / 2) or "never",
+                    "step at ≤ unigram / 4": first_step_below(run["curve"], floor / 4) or "never",
                 }
             )
     return markdown_table(rows)

@@ -56,7 +56,7 @@ def render(results: dict) -> str:
         rows.append(
             {
                 "variant": variant,
-                "d_ffn": str(row["intermediate_size"]),
+                "d_ffn": row["intermediate_size"],
                 "parameters": f"{row['parameters'] / 1e6:.2f}M",
                 "validation perplexity": mean_std(row["perplexities"]),
                 "test perplexity": mean_std(row["test_perplexities"]),
