@@ -1,6 +1,7 @@
 """The committed quality report is what the committed run records give: `benchmarks/results/quality.md`, and the
 generated tables inside docs/quality.md and the README."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,28 @@ def test_the_pages_show_the_search_until_every_model_has_its_final_runs():
     full = report.page_tables(report.tables(partial_results(list(MODELS))))
     rows = [line.split("|")[1].strip() for line in full["summary"].splitlines()[2:]]
     assert rows == [*MODELS, "unigram"]
+
+
+def test_the_runtime_table_counts_each_run_under_its_part(tmp_path):
+    """The SGU part's split variant at gMLP's shape is gMLP's own run name; its length puts it with the SGU runs."""
+    args = parse_args(["--report_only", "--work_dir", str(tmp_path)])
+    runs = {
+        "pretrain-gmlp-aaaa-seed0": ("pretrain", args.max_steps, 3600.0),
+        "pretrain-gmlp-bbbb-seed0": ("pretrain", args.sgu_steps, 1800.0),
+        "pretrain-sgu-linear-cccc-seed0": ("pretrain", args.sgu_steps, 1800.0),
+        "pretrain-bert-dddd-seed0": ("pretrain", args.long_steps, 7200.0),
+        "finetune-sst2-gmlp-eeee-seed0": ("finetune", None, 900.0),
+        "pretrain-gmlp-ffff-seed1": ("pretrain", args.max_steps, None),  # no training time: not counted
+    }
+    for name, (kind, steps, runtime) in runs.items():
+        record = {"kind": kind, "settings": {"max_steps": steps}, "train_runtime": runtime}
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    parts = report.runtimes(tmp_path, args)
+    assert parts == {
+        "search and final pretraining": {"runs": 1, "hours": 1.0},
+        "long runs": {"runs": 1, "hours": 2.0},
+        "fine-tuning": {"runs": 1, "hours": 0.25},
+        "SGU variants": {"runs": 2, "hours": 1.0},
+    }
+    total = report.render_runtime({"runtime": parts}).splitlines()[-1]
+    assert [cell.strip() for cell in total.split("|")[1:-1]] == ["total", "5", "4.2"]

@@ -95,7 +95,7 @@ def collect(ctx: Context, models: list[str]) -> dict:
             results[names.get(name, name)] = found
     if "pretrain" in results and "pretrain_reference" in results:
         results["pretrain_derived"] = pretrain.derive(results)
-    if runtime := report.runtimes(ctx.records.folder):
+    if runtime := report.runtimes(ctx.records.folder, ctx.args):
         results["runtime"] = runtime
     return results
 

@@ -54,26 +54,45 @@ SUMMARY_TASKS = (
 )
 
 
-def runtimes(folder: Path) -> dict:
-    """Per kind of run (pretraining, SGU-variant pretraining, fine-tuning): how many records and their summed
-    training time as the Trainer measured it (two runs at a time beside other work: wall-clock, not CPU time)."""
-    kinds = {}
+RUN_PARTS = ("search and final pretraining", "long runs", "fine-tuning", "SGU variants")  # the slots' priority order
+
+
+def run_part(name: str, record: dict, args) -> str:
+    """The part a record's run belongs to, from its name and its length (the SGU part's split variant at gMLP's
+    shape is gMLP's own run name, at --sgu_steps)."""
+    if record["kind"] == "finetune":
+        return "fine-tuning"
+    steps = record["settings"]["max_steps"]
+    if name.startswith("pretrain-sgu-") or steps == args.sgu_steps != args.max_steps:
+        return "SGU variants"
+    if steps == args.long_steps != args.max_steps:
+        return "long runs"
+    return "search and final pretraining"
+
+
+def runtimes(folder: Path, args) -> dict:
+    """Per part (search and final pretraining, long runs, fine-tuning, SGU variants): how many records and their
+    summed training time as the Trainer measured it (two runs at a time beside other work: wall-clock, not CPU
+    time)."""
+    parts = {}
     for path in sorted(folder.glob("*.json")):
         record = json.loads(path.read_text())
         if record.get("train_runtime") is None:
             continue
-        kind = "SGU variants" if path.name.startswith("pretrain-sgu-") else record["kind"]
-        row = kinds.setdefault(kind, {"runs": 0, "hours": 0.0})
+        row = parts.setdefault(run_part(path.stem, record, args), {"runs": 0, "hours": 0.0})
         row["runs"] += 1
         row["hours"] += record["train_runtime"] / 3600
-    return kinds
+    return {part: parts[part] for part in RUN_PARTS if part in parts}
 
 
 def render_runtime(results: dict) -> str:
     rows = [
-        {"runs of": kind, "records": row["runs"], "training time, summed (h)": f"{row['hours']:.1f}"}
-        for kind, row in results["runtime"].items()
+        {"runs of": part, "records": row["runs"], "training time, summed (h)": f"{row['hours']:.1f}"}
+        for part, row in results["runtime"].items()
     ]
+    runs = sum(row["runs"] for row in results["runtime"].values())
+    hours = sum(row["hours"] for row in results["runtime"].values())
+    rows.append({"runs of": "total", "records": runs, "training time, summed (h)": f"{hours:.1f}"})
     return markdown_table(rows)
 
 
