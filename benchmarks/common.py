@@ -251,10 +251,10 @@ def table(headers: list[str], rows: list[list]) -> list[str]:
     return [*text.splitlines(), ""]
 
 
-def markdown_table(rows: list[dict], missing: str = "–") -> str:
-    """Rows of formatted cells (a row's missing column reads `missing`) as a markdown table, aligned as `table`."""
+def markdown_table(rows: list[dict]) -> str:
+    """Rows of formatted cells (a column a row lacks reads "–") as a markdown table, aligned as `table`."""
     headers = list(dict.fromkeys(column for row in rows for column in row))
-    return "\n".join(table(headers, [[row.get(column, missing) for column in headers] for row in rows])).rstrip()
+    return "\n".join(table(headers, [[row.get(column, "–") for column in headers] for row in rows])).rstrip()
 
 
 def times(value: float, digits: int = 2) -> str:
