@@ -11,13 +11,15 @@ Both use the special tokens `[PAD] [UNK] [CLS] [SEP] [MASK]` (ids 0 to 4) and BE
 Command line:
 
     python -m gmlp.tokenization_gmlp --train_files a.txt b.txt --output_dir DIR --vocab_size 8000 \\
-        --model_type wordpiece [--cased]
+        --model_type wordpiece [--cased] [--config_name gmlp-tiny]
 """
 
 import argparse
 import codecs
+import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from tokenizers import (
@@ -33,10 +35,14 @@ from tokenizers import (
 )
 from transformers import PreTrainedTokenizerFast
 
+from .configuration_gmlp import PRESETS, GMLPConfig
+
 MODEL_TYPES = ("wordpiece", "unigram")
 PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN]
 _DATASET_BATCH_SIZE = 1000
+_ALPHABET_LIMIT = 1000  # characters, as in BERT's WordPiece training
+_CONTINUING_PREFIX = "##"
 
 
 def train_tokenizer(
@@ -65,7 +71,10 @@ def train_tokenizer(
         text_column: the column holding the text when `texts` is a dataset.
 
     Returns:
-        A `PreTrainedTokenizerFast` with pad, unk, cls, sep and mask tokens set.
+        A `PreTrainedTokenizerFast` with pad, unk, cls, sep and mask tokens set. WordPiece training is
+        deterministic: the same texts and options give the same tokenizer, byte for byte. Unigram training is
+        not quite (`tokenizers` orders its rarest characters' scores by hash), so a retrained Unigram tokenizer
+        may segment a rare character differently.
 
     Raises:
         ValueError: `model_type` is not one of `MODEL_TYPES`, `vocab_size` is too small, or the dataset
@@ -81,16 +90,26 @@ def train_tokenizer(
             f"vocab_size must be larger than the {len(SPECIAL_TOKENS)} special tokens {SPECIAL_TOKENS}, "
             f"got {vocab_size}."
         )
+    files = _as_file_list(texts)
+    if model_type == "wordpiece" and files is None and not _reiterable(texts):
+        texts = list(_iter_texts(texts, text_column))  # read twice: _alphabet_tokens, then the trainer
+
+    def lines() -> Iterator[str]:
+        if files is None:
+            return _iter_texts(texts, text_column)
+        return (line for path in files for line in open(path, encoding="utf-8"))
+
     if model_type == "wordpiece":
-        tokenizer, trainer = _wordpiece_pipeline(vocab_size, lowercase, min_frequency)
+        tokenizer, trainer, seeded = _wordpiece_pipeline(vocab_size, lowercase, min_frequency, lines())
     else:
         tokenizer, trainer = _unigram_pipeline(vocab_size, lowercase)
+        seeded = []
 
-    files = _as_file_list(texts)
     if files is not None:
         tokenizer.train(files, trainer)
     else:
-        tokenizer.train_from_iterator(_iter_texts(texts, text_column), trainer)
+        tokenizer.train_from_iterator(lines(), trainer)
+    tokenizer = _unmark_special(tokenizer, seeded)
     if tokenizer.get_vocab_size() <= len(SPECIAL_TOKENS):
         named = f" ({', '.join(files)})" if files else ""
         raise ValueError(
@@ -101,8 +120,9 @@ def train_tokenizer(
     return _wrap(tokenizer, model_max_length)
 
 
-def _wordpiece_pipeline(vocab_size: int, lowercase: bool, min_frequency: int):
-    """An untrained BERT WordPiece tokenizer and its trainer."""
+def _wordpiece_pipeline(vocab_size: int, lowercase: bool, min_frequency: int, lines: Iterable[str]):
+    """An untrained BERT WordPiece tokenizer, its trainer, and the tokens the trainer is seeded with (to be unmarked
+    as special after training)."""
     tokenizer = Tokenizer(models.WordPiece(unk_token=UNK_TOKEN))
     # strip_accents=None follows `lowercase`, as in BERT: uncased strips accents, cased keeps them.
     tokenizer.normalizer = normalizers.BertNormalizer(
@@ -110,15 +130,44 @@ def _wordpiece_pipeline(vocab_size: int, lowercase: bool, min_frequency: int):
     )
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix="##")
+    alphabet, continuing = _alphabet_tokens(tokenizer, lines, _ALPHABET_LIMIT)
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
-        special_tokens=SPECIAL_TOKENS,
-        limit_alphabet=1000,
-        continuing_subword_prefix="##",
+        special_tokens=SPECIAL_TOKENS + continuing,
+        initial_alphabet=alphabet,
+        limit_alphabet=len(alphabet),
+        continuing_subword_prefix=_CONTINUING_PREFIX,
         show_progress=False,
     )
-    return tokenizer, trainer
+    return tokenizer, trainer, continuing
+
+
+def _alphabet_tokens(tokenizer: Tokenizer, lines: Iterable[str], limit: int) -> tuple[list[str], list[str]]:
+    """The training alphabet (the `limit` most frequent characters of the normalised, pre-tokenized words, ties by
+    code point) and the continuing-subword tokens (`##c`) of its characters that occur inside a word, sorted.
+
+    Why: the trainer of `tokenizers` (0.23) numbers the `##c` tokens in hash-map order, and those ids break ties
+    between merges of equal count, so two trainings on the same text differ (huggingface/tokenizers#1794). Giving the
+    trainer the alphabet and the `##c` tokens up front, in a fixed order, makes training deterministic.
+    """
+    counts, inside = Counter(), set()
+    for line in lines:
+        for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(line)):
+            counts.update(word)
+            inside.update(word[1:])
+    alphabet = sorted(sorted(counts, key=lambda c: (-counts[c], c))[:limit])
+    return alphabet, [_CONTINUING_PREFIX + c for c in alphabet if c in inside]
+
+
+def _unmark_special(tokenizer: Tokenizer, tokens: list[str]) -> Tokenizer:
+    """`tokenizer` with `tokens` kept in its vocabulary as ordinary tokens, no longer added (special) ones."""
+    if not tokens:
+        return tokenizer
+    state = json.loads(tokenizer.to_str())
+    seeded = set(tokens)
+    state["added_tokens"] = [token for token in state["added_tokens"] if token["content"] not in seeded]
+    return Tokenizer.from_str(json.dumps(state))
 
 
 def _unigram_pipeline(vocab_size: int, lowercase: bool):
@@ -186,6 +235,11 @@ def check_text_file(path: str, what: str) -> None:
         raise ValueError(f"{what} {path} is empty (or holds only blank lines).")
 
 
+def _reiterable(texts) -> bool:
+    """Whether `texts` can be read more than once (a dataset or a sequence, not an iterator)."""
+    return not isinstance(texts, Iterator)
+
+
 def _iter_texts(texts: Iterable, text_column: str) -> Iterator[str]:
     """The strings of a dataset's `text_column`, or of any other iterable of strings."""
     # `datasets` is not a dependency of the library: a dataset can only be given if it is already imported.
@@ -244,8 +298,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--min_frequency", type=int, default=2, help="Minimum count of a merged token (WordPiece only)."
     )
-    parser.add_argument("--model_max_length", type=int, default=512, help="The tokenizer's model_max_length.")
+    parser.add_argument(
+        "--config_name",
+        help="The model the tokenizer is for: a gMLP preset (e.g. gmlp-tiny) or a folder with its config.json. Its n "
+        "(max_position_embeddings) becomes the tokenizer's model_max_length, so that truncation=True fits the model.",
+    )
+    parser.add_argument(
+        "--model_max_length",
+        type=int,
+        help="The tokenizer's model_max_length (default: the model's n with --config_name, else 512); at most n.",
+    )
     return parser.parse_args(argv)
+
+
+def model_max_length(config_name: str | None, requested: int | None) -> int:
+    """The tokenizer's model_max_length: `requested`, or the n of the model `config_name` (a preset or a folder),
+    else 512; an error naming both if `requested` is above that model's n."""
+    if config_name is None:
+        return requested or 512
+    if config_name in PRESETS:
+        n = GMLPConfig.from_preset(config_name).max_position_embeddings
+    elif os.path.isfile(os.path.join(config_name, "config.json")):
+        n = GMLPConfig.from_pretrained(config_name).max_position_embeddings
+    else:
+        raise ValueError(
+            f"--config_name {config_name!r} is neither a gMLP preset ({', '.join(PRESETS)}) nor a folder with a "
+            "config.json."
+        )
+    if requested is not None and requested > n:
+        raise ValueError(
+            f"--model_max_length {requested} is above the n = {n} of {config_name} (max_position_embeddings): "
+            f"inputs truncated to {requested} tokens would not fit the model. Leave it out to use {n}."
+        )
+    return requested or n
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -257,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
         model_type=args.model_type,
         lowercase=not args.cased,
         min_frequency=args.min_frequency,
-        model_max_length=args.model_max_length,
+        model_max_length=model_max_length(args.config_name, args.model_max_length),
     )
     tokenizer.save_pretrained(args.output_dir)
     print(f"Saved a {args.model_type} tokenizer with {len(tokenizer)} tokens to {args.output_dir}")

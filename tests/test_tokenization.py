@@ -230,3 +230,37 @@ def test_command_line_trains_and_saves(corpus_file, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     assert tokenizer.decode(tokenizer(TEXT)["input_ids"], skip_special_tokens=True) == TEXT
     assert tokenizer.mask_token_id == 4
+
+
+def test_wordpiece_training_is_deterministic(corpus_file, tmp_path):
+    """The same text and options give the same tokenizer.json, byte for byte, in separate processes (the trainer of
+    `tokenizers` alone numbers its `##` tokens in hash order, which differs from one process to the next)."""
+    files = []
+    for run in range(2):
+        output = tmp_path / f"run{run}"
+        result = subprocess.run(
+            [sys.executable, "-m", "gmlp.tokenization_gmlp", "--train_files", corpus_file, "--output_dir", str(output),
+             "--vocab_size", "150", "--min_frequency", "1"],
+            check=False,
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        files.append((output / "tokenizer.json").read_bytes())
+    assert files[0] == files[1]
+    vocabulary = json.loads(files[0])["model"]["vocab"]
+    assert len(vocabulary) == 150 and not any(
+        t["content"].startswith("##") for t in json.loads(files[0])["added_tokens"]
+    )
+
+
+def test_the_command_line_takes_the_model_s_n(corpus_file, tmp_path):
+    main(["--train_files", corpus_file, "--output_dir", str(tmp_path / "tiny"), "--vocab_size", "150",
+          "--config_name", "gmlp-tiny"])  # fmt: skip
+    assert AutoTokenizer.from_pretrained(tmp_path / "tiny").model_max_length == 128
+    with pytest.raises(ValueError, match="--model_max_length 512 is above the n = 128 of gmlp-tiny"):
+        main(["--train_files", corpus_file, "--output_dir", str(tmp_path / "x"), "--config_name", "gmlp-tiny",
+              "--model_max_length", "512"])  # fmt: skip
