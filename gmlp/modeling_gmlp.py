@@ -61,25 +61,60 @@ class GMLPEmbeddings(nn.Module):
 class TokenPositions:
     """Where the tokens of one forward pass sit: the position of each query (the new tokens) and of each key (the
     cached tokens, then the new ones), shapes (1 or batch, queries) and (1 or batch, keys); a first axis of 1 is shared
-    by the whole batch. `in_order` marks the common case, token i at position i for queries and keys alike, where the
-    spatial projection may use its FFT. With `precompute_offsets`, `offsets()` is computed here, once for all
-    blocks."""
+    by the whole batch.
 
-    def __init__(self, query: torch.Tensor, key: torch.Tensor, in_order: bool = False, precompute_offsets=True):
-        self.query, self.key, self.in_order = query, key, in_order
-        self._offsets = None
-        if precompute_offsets:
-            self._offsets = self.offsets()
+    `segments` (keyword-only), for packed rows: which sequence of its row each query and key belongs to, shapes as the
+    positions; tokens of different sequences never mix. `in_order` (keyword-only; only `sequential` sets it): queries
+    and keys are the same tokens, one sequence per row, at their index less a shift per row, so that the Toeplitz
+    product is a convolution along the row (the FFT's case: W[i, j] depends on i - j only).
+    """
+
+    def __init__(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        *,
+        segments: tuple[torch.Tensor, torch.Tensor] | None = None,
+        in_order: bool = False,
+    ):
+        self.query, self.key, self.segments, self.in_order = query, key, segments, in_order
 
     def offsets(self) -> torch.Tensor:
-        """Each query's offset from each key, (1 or batch, queries, keys): the Toeplitz entry W[i, j] = w[i - j]."""
-        return self.query[:, :, None] - self.key[:, None, :] if self._offsets is None else self._offsets
+        """Each query's offset from each key, (1 or batch, queries, keys): the Toeplitz entry W[i, j] = w[i - j].
+        Computed where the direct product needs it and not kept: a cached copy would be a side effect inside the
+        recomputed (checkpointed) gating unit, which torch.compile cannot trace."""
+        return self.query[:, :, None] - self.key[:, None, :]
+
+    def same_sequence(self) -> torch.Tensor | None:
+        """Whether each query and key belong to the same packed sequence, (batch, queries, keys); None if unpacked."""
+        if self.segments is None:
+            return None
+        query_segments, key_segments = self.segments
+        return query_segments[:, :, None] == key_segments[:, None, :]
 
     @classmethod
-    def sequential(cls, length: int, device: torch.device, precompute_offsets=True) -> "TokenPositions":
-        """Token i at position i, for one sequence of `length` tokens and no cache."""
+    def sequential(cls, length: int, device: torch.device, shift: torch.Tensor | None = None) -> "TokenPositions":
+        """Token i at position i - shift (of its row; 0 without `shift`), for rows of `length` tokens and no cache."""
         positions = torch.arange(length, device=device)[None]
-        return cls(positions, positions, in_order=True, precompute_offsets=precompute_offsets)
+        if shift is not None:
+            positions = (positions - shift[:, None]).clamp(min=0)
+        return cls(positions, positions, in_order=True)
+
+
+def sequence_segments(position_ids: torch.Tensor) -> torch.Tensor:
+    """Which packed sequence of its row each token belongs to, (batch, length): a new sequence starts wherever the
+    position does not increase (DataCollatorWithFlattening restarts it at 0); increasing positions with gaps stay one
+    sequence."""
+    starts = torch.ones_like(position_ids, dtype=torch.bool)
+    starts[:, 1:] = position_ids[:, 1:] <= position_ids[:, :-1]
+    return starts.long().cumsum(-1) - 1
+
+
+def segments_from_boundaries(cu_seq_lens: torch.Tensor, length: int) -> torch.Tensor:
+    """The segments of one packed row, (1, length), from its cumulative sequence lengths (flash attention's
+    `cu_seq_lens_*`: 0, len_1, len_1 + len_2, ...)."""
+    tokens = torch.arange(length, device=cu_seq_lens.device)
+    return torch.searchsorted(cu_seq_lens[1:].to(tokens.dtype), tokens, right=True)[None]
 
 
 class GMLPSpatialProjection(nn.Module):
@@ -88,22 +123,26 @@ class GMLPSpatialProjection(nn.Module):
     W is either dense or Toeplitz (W[i, j] = w[i - j + n - 1], 2n - 1 parameters). Each query row i mixes the keys j
     with W[position of i, position of j] and adds b[position of i], so that an input of length L <= n uses the leading
     L x L block of W and the first L entries of b, and cached decoding and left padding use the rows and columns of
-    their real positions. In causal mode W is lower-triangular.
+    their real positions; tokens of different packed sequences do not mix (a block-diagonal W). In causal mode W is
+    lower-triangular.
+
+    A Toeplitz W of a model with n >= `spatial_fft_min_length` runs its product as an FFT whenever the tokens are in
+    order (`TokenPositions.in_order`): the choice depends on the model and the kind of input only, never on the input's
+    length, so that `torch.export` and `torch.compile` see one path for every length.
     """
 
     def __init__(self, config: GMLPConfig):
         super().__init__()
-        self.max_length = config.max_position_embeddings
+        self.n = config.max_position_embeddings
         self.num_heads = config.num_sgu_heads
         self.is_toeplitz = config.spatial_weight_type == "toeplitz"
         self.is_causal = config.is_decoder
-        self.fft_min_length = config.spatial_fft_min_length
-        n = self.max_length
-        weight_shape = (self.num_heads, 2 * n - 1) if self.is_toeplitz else (self.num_heads, n, n)
+        self.uses_fft = self.is_toeplitz and self.n >= config.spatial_fft_min_length
+        weight_shape = (self.num_heads, 2 * self.n - 1) if self.is_toeplitz else (self.num_heads, self.n, self.n)
         # W = 0 and b = 1 (Section 2.1) already here, so that a unit built on its own is defined; the model's
         # `_init_weights` then draws W uniformly in +-spatial_init_eps / n.
         self.weight = nn.Parameter(torch.zeros(weight_shape))
-        self.bias = nn.Parameter(torch.ones(self.num_heads, n))
+        self.bias = nn.Parameter(torch.ones(self.num_heads, self.n))
 
     def applied_weight(self) -> torch.Tensor:
         """W as the model applies it: in causal mode no token sees a later one (W[i, j] = 0 for j > i: the Toeplitz
@@ -111,18 +150,21 @@ class GMLPSpatialProjection(nn.Module):
         if not self.is_causal:
             return self.weight
         if self.is_toeplitz:
-            later = torch.arange(2 * self.max_length - 1, device=self.weight.device) < self.max_length - 1
+            later = torch.arange(2 * self.n - 1, device=self.weight.device) < self.n - 1
             return self.weight.masked_fill(later, 0.0)
         return self.weight.tril()
 
     def weight_at(self, positions: TokenPositions) -> torch.Tensor:
-        """W[query positions, key positions] for every head: (1 or batch, heads, queries, keys)."""
+        """W[query positions, key positions] for every head, zero between different packed sequences: (1 or batch,
+        heads, queries, keys)."""
         weight = self.applied_weight()
         if self.is_toeplitz:
-            weight = weight[:, positions.offsets() + self.max_length - 1]
+            weight = weight[:, positions.offsets() + self.n - 1]
         else:
             weight = weight[:, positions.query[:, :, None], positions.key[:, None, :]]
-        return weight.transpose(0, 1)
+        weight = weight.transpose(0, 1)
+        same_sequence = positions.same_sequence()
+        return weight if same_sequence is None else weight * same_sequence[:, None].to(weight.dtype)
 
     def matrix(self, length: int) -> torch.Tensor:
         """The leading (length x length) block of W as applied, for every head: (heads, length, length)."""
@@ -134,7 +176,7 @@ class GMLPSpatialProjection(nn.Module):
         if positions is None:
             positions = TokenPositions.sequential(gate.shape[1], gate.device)
         heads = gate.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # (batch, heads, keys, channels/heads)
-        if self.is_toeplitz and positions.in_order and gate.shape[1] >= self.fft_min_length:
+        if self.uses_fft and positions.in_order:
             mixed = self.fft_product(heads)
         else:
             mixed = torch.matmul(self.weight_at(positions).to(heads.dtype), heads)
@@ -143,14 +185,16 @@ class GMLPSpatialProjection(nn.Module):
 
     def fft_product(self, heads: torch.Tensor) -> torch.Tensor:
         """The Toeplitz product W @ heads for tokens in order, as a linear convolution by FFT in O(L log L)."""
-        length, n = heads.shape[2], self.max_length
-        kernel = self.applied_weight()[:, n - length : n + length - 1]  # offsets -(L - 1) .. L - 1
+        length, n = heads.shape[2], self.n
+        # Offsets -(L - 1) .. L - 1, with the channel axis added before the transform (ONNX export cannot add an
+        # axis to a complex tensor).
+        kernel = self.applied_weight()[:, None, n - length : n + length - 1]
         # Output i is entry i + L - 1 of the full convolution; a transform of size 2L keeps entries L-1..2L-2
         # free of wrap-around. The transforms run along the last (contiguous) axis: ~1.7x faster than along L.
         size = 2 * length
         kernel = torch.fft.rfft(kernel.float(), n=size)
         signal = torch.fft.rfft(heads.float().transpose(-1, -2), n=size)
-        product = torch.fft.irfft(signal * kernel[:, None, :], n=size)
+        product = torch.fft.irfft(signal * kernel, n=size)
         return product[..., length - 1 : 2 * length - 1].transpose(-1, -2).to(heads.dtype)
 
 
@@ -296,26 +340,32 @@ class GMLPLayer(GradientCheckpointingLayer):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
+        padding_mask: torch.Tensor | None = None,
         positions: TokenPositions | None = None,
         cache: Cache | None = None,
-        tiny_attention_mask: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
-        """`attention_mask`: the padding mask over the cached tokens and these, (batch, cached + length);
-        `tiny_attention_mask`: the tiny attention's mask as its attention implementation takes it."""
+        """`padding_mask`: 1 for real tokens, 0 for padding, over the cached tokens and these, (batch, cached +
+        length); `attention_mask`: the tiny attention's mask, in the form its attention implementation takes."""
         normed = self.norm(hidden_states)
         projected = self.channel_proj_in(normed)
         tiny_attention_output = None
         if self.tiny_attention is not None:
-            tiny_attention_output, _ = self.tiny_attention(normed, tiny_attention_mask, cache, **kwargs)
-        arguments = (projected, tiny_attention_output, attention_mask, positions, cache)
+            tiny_attention_output, _ = self.tiny_attention(normed, attention_mask, cache, **kwargs)
+        gating_inputs = {
+            "projected": projected,
+            "tiny_attention_output": tiny_attention_output,
+            "padding_mask": padding_mask,
+            "positions": positions,
+            "cache": cache,
+        }
         recompute = self.recompute_gating and self.training and torch.is_grad_enabled() and cache is None
         # Gradient checkpointing of the whole block (outside) already recomputes the gating unit.
         if recompute and not self.gradient_checkpointing:
-            gated = checkpoint(self.gating, *arguments, use_reentrant=False, preserve_rng_state=False)
+            gated = checkpoint(self.gating, use_reentrant=False, preserve_rng_state=False, **gating_inputs)
         else:
-            gated = self.gating(*arguments)
+            gated = self.gating(**gating_inputs)
         block_output = self.dropout(self.channel_proj_out(gated))
         return hidden_states + drop_path(block_output, self.drop_path_rate, self.training)
 
@@ -323,14 +373,14 @@ class GMLPLayer(GradientCheckpointingLayer):
         self,
         projected: torch.Tensor,
         tiny_attention_output: torch.Tensor | None,
-        attention_mask: torch.Tensor | None,
+        padding_mask: torch.Tensor | None,
         positions: TokenPositions | None,
         cache: Cache | None,
     ) -> torch.Tensor:
         """s(GELU(Z)) of Eq. (3) from U's output Z, with the tiny attention's output added to the spatial projection:
         the block's token mixing, whose output V projects back to the residual stream."""
         length = projected.shape[1]
-        token_mask = None if attention_mask is None else attention_mask[:, -length:, None].to(projected.dtype)
+        token_mask = None if padding_mask is None else padding_mask[:, -length:, None].to(projected.dtype)
         content, gate = self.sgu.split(self.activation(projected), token_mask)
         if cache is not None:
             gate = self.cached_gates(cache, gate, positions)
@@ -473,11 +523,11 @@ class GMLPEncoder(nn.Module):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
+        padding_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ):
         for layer_module in self.layer:
-            hidden_states = layer_module(hidden_states, attention_mask, **kwargs)
+            hidden_states = layer_module(hidden_states, padding_mask, **kwargs)
         return hidden_states
 
 
@@ -501,12 +551,34 @@ class GMLPClassificationHead(nn.Module):
         self.dropout = nn.Dropout(classifier_dropout(config))
         self.out_proj = nn.Linear(config.hidden_size, num_outputs)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        if self.pooling == "mean":
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(batch, length, hidden) -> (batch, outputs); for packed rows (`segments`, see `sequence_segments`) one
+        output per sequence, in order: (sequences, outputs)."""
+        if segments is not None:
+            pooled = pool_sequences(hidden_states, segments, self.pooling)
+        elif self.pooling == "mean":
             pooled = mean_over_tokens(hidden_states, attention_mask)
         else:
             pooled = hidden_states[:, 0]
         return self.out_proj(self.dropout(torch.tanh(self.dense(pooled))))
+
+
+def pool_sequences(hidden_states: torch.Tensor, segments: torch.Tensor, pooling: str) -> torch.Tensor:
+    """Each packed sequence's first token or mean, (sequences, hidden), the sequences of row 0 first."""
+    starts = torch.ones_like(segments, dtype=torch.bool)
+    starts[:, 1:] = segments[:, 1:] != segments[:, :-1]
+    flat = hidden_states.flatten(0, 1)
+    if pooling != "mean":
+        return flat[starts.flatten()]
+    sequence = starts.flatten().long().cumsum(0) - 1  # each token's sequence, counted over the whole batch
+    count = int(sequence[-1]) + 1
+    sums = flat.new_zeros(count, flat.shape[-1]).index_add_(0, sequence, flat)
+    return sums / torch.bincount(sequence, minlength=count)[:, None].to(flat.dtype)
 
 
 def mean_over_tokens(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -631,80 +703,104 @@ class GMLPModel(GMLPPreTrainedModel):
             use_cache, cache = False, None  # only causal blocks can be decoded token by token
         if self.training and torch.is_grad_enabled() and self.config.recompute_gating and cache is None:
             use_cache = False  # a training step recomputes its gates instead of keeping them (see GMLPLayer)
-        if use_cache and cache is None:
+        # Explicit positions without a cache may pack several sequences in a row: no cache to continue from then.
+        packed = cache is None and (position_ids is not None or kwargs.get("cu_seq_lens_q") is not None)
+        if use_cache and cache is None and not packed:
             cache = DynamicCache(config=self.config)
         if cache is not None:
             check_cache_layers(cache, self.config.num_hidden_layers)
         cached_length = cache.get_seq_length() if cache is not None else 0
-        self._check_input_shape(input_shape, attention_mask, token_type_ids, cached_length)
-        positions = self._positions(input_shape, attention_mask, position_ids, cached_length)
+        self._check_input_shape(input_shape, attention_mask, token_type_ids, cached_length, packed)
+        positions = self._positions(input_shape, attention_mask, position_ids, cache, kwargs)
+        if position_ids is not None or packed:
+            self._check_positions(positions.query)
         hidden_states = self.embeddings(input_ids, token_type_ids, inputs_embeds)
-        tiny_attention_mask = self._tiny_attention_mask(hidden_states, attention_mask, cache)
+        tiny_attention_mask = self._tiny_attention_mask(hidden_states, attention_mask, cache, positions)
         hidden_states = self.encoder(
             hidden_states,
             attention_mask,
             positions=positions,
             cache=cache,
-            tiny_attention_mask=tiny_attention_mask,
+            attention_mask=tiny_attention_mask,
             **kwargs,
         )
         sequence_output = self.final_norm(hidden_states)
         return BaseModelOutputWithPast(last_hidden_state=sequence_output, cache=cache if use_cache else None)
 
-    def _positions(self, input_shape, attention_mask, position_ids, cached_length: int) -> TokenPositions:
-        """The query and key positions for the spatial projection. Causal models count real tokens, so that a
-        left-padded row uses W and b as the same tokens alone would; the keys are the cached tokens followed by the new
-        ones."""
-        length = input_shape[1]
-        if self.config.is_decoder and (attention_mask is not None or cached_length):
-            if attention_mask is not None:
-                key_positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-            else:
-                key_positions = torch.arange(cached_length + length, device=self.device)[None]
-            query_positions = position_ids if position_ids is not None else key_positions[:, -length:]
-        elif position_ids is not None:
-            query_positions = key_positions = position_ids
-        else:
-            # The Toeplitz product by matrix reads W at each query's offset from each key (the FFT needs none).
-            toeplitz = self.config.spatial_weight_type == "toeplitz"
-            return TokenPositions.sequential(
-                length, self.device, toeplitz and length < self.config.spatial_fft_min_length
-            )
-        if (
-            not is_torchdynamo_compiling()
-            and position_ids is not None
-            and (int(position_ids.min()) < 0 or int(position_ids.max()) >= self.config.max_position_embeddings)
-        ):
-            raise ValueError(
-                f"position_ids must be in [0, {self.config.max_position_embeddings - 1}] (the model's n = "
-                f"max_position_embeddings), got values from {int(position_ids.min())} to {int(position_ids.max())}."
-            )
-        return TokenPositions(query_positions, key_positions, self.config.spatial_weight_type == "toeplitz")
+    def _positions(self, input_shape, attention_mask, position_ids, cache: Cache | None, kwargs) -> TokenPositions:
+        """The query and key positions (and packed sequences) for the spatial projection.
 
-    def _tiny_attention_mask(self, hidden_states, attention_mask, cache):
+        Without a cache or `position_ids`, token i is at position i, less, in causal mode, the row's leading padding,
+        so that a left-padded row uses W and b as the same tokens alone would. With a cache the keys are the cached
+        tokens followed by the new ones, counted the same way. Explicit `position_ids` (or flash attention's
+        `cu_seq_lens_q`) may pack several sequences in a row: a sequence starts wherever the position does not
+        increase (or at each boundary), and tokens of different sequences do not mix."""
+        batch, length = input_shape
+        device = self.device
+        boundaries = kwargs.get("cu_seq_lens_q")
+        if cache is None and position_ids is None and boundaries is None:
+            shift = None
+            if self.config.is_decoder and attention_mask is not None:
+                shift = (attention_mask.long().cumsum(-1) == 0).sum(-1)  # the leading padding of each row
+            return TokenPositions.sequential(length, device, shift)
+        if cache is not None:
+            cached_length = cache.get_seq_length()
+            if self.config.is_decoder and attention_mask is not None:
+                leading_padding = (attention_mask.long().cumsum(-1) == 0).sum(-1, keepdim=True)
+                key_positions = (torch.arange(cached_length + length, device=device)[None] - leading_padding).clamp(0)
+            else:
+                key_positions = torch.arange(cached_length + length, device=device)[None]
+            query_positions = position_ids if position_ids is not None else key_positions[:, -length:]
+            return TokenPositions(query_positions, key_positions)
+        if position_ids is not None:
+            segments = sequence_segments(position_ids)
+        else:
+            segments = segments_from_boundaries(boundaries, length).expand(batch, -1)
+            starts = torch.searchsorted(segments[0], segments[0], right=False)  # each token's sequence start
+            position_ids = (torch.arange(length, device=device) - starts)[None].expand(batch, -1)
+        return TokenPositions(position_ids, position_ids, segments=(segments, segments))
+
+    def _tiny_attention_mask(self, hidden_states, attention_mask, cache, positions: TokenPositions):
         """The tiny attention's padding (and, in causal mode, causal) mask in the form its attention implementation
-        takes, built once for all blocks; None for gMLP."""
+        takes, built once for all blocks, with no attention across packed sequences; None for gMLP."""
         if not self.config.tiny_attention_size:
             return None
+        same_sequence = None
+        if positions.segments is not None:
+            segments = positions.segments[0]
+
+            def same_sequence(batch_idx, head_idx, q_idx, kv_idx):
+                return segments[batch_idx, q_idx] == segments[batch_idx, kv_idx]
+
         if self.config.is_decoder:
             return create_causal_mask(
-                config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, cache=cache
+                config=self.config,
+                inputs_embeds=hidden_states,
+                attention_mask=attention_mask,
+                cache=cache,
+                and_mask_function=same_sequence,
             )
         return create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            and_mask_function=same_sequence,
         )
 
-    def _check_input_shape(self, input_shape, attention_mask, token_type_ids, cached_length: int = 0):
-        """Clear errors for inputs the spatial weights cannot take, before they fail deep inside torch."""
+    def _check_input_shape(
+        self, input_shape, attention_mask, token_type_ids, cached_length: int = 0, packed: bool = False
+    ):
+        """Clear errors for inputs the spatial weights cannot take, before they fail deep inside torch. A packed row
+        (explicit positions, no cache) may be longer than n: each of its sequences must fit (`_check_positions`)."""
         if len(input_shape) != 2:
             raise ValueError(f"Expected inputs of shape (batch_size, sequence_length), got {tuple(input_shape)}.")
-        length, max_length = input_shape[1], self.config.max_position_embeddings
-        if cached_length + length > max_length:
+        length, n = input_shape[1], self.config.max_position_embeddings
+        if cached_length + length > n and not packed:
             cache_note = f" ({cached_length} cached + {length} new)" if cached_length else ""
             raise ValueError(
                 f"Input sequence length {cached_length + length}{cache_note} exceeds this model's maximum sequence length "
-                f"{max_length} (`max_position_embeddings`, the size n of the spatial weights). Truncate the inputs to "
-                f"{max_length} tokens (e.g. `tokenizer(..., truncation=True, max_length={max_length})`) or use a model "
+                f"{n} (`max_position_embeddings`, the size n of the spatial weights). Truncate the inputs to "
+                f"{n} tokens (e.g. `tokenizer(..., truncation=True, max_length={n})`) or use a model "
                 f"configured with a larger `max_position_embeddings`."
             )
         if length < 1:
@@ -717,6 +813,19 @@ class GMLPModel(GMLPPreTrainedModel):
                     f"`{name}` has shape {tuple(tensor.shape)} but must have shape {expected[name]}{covers}: the "
                     f"inputs have shape {tuple(input_shape)}."
                 )
+
+    def _check_positions(self, positions: torch.Tensor) -> None:
+        """Explicit (or packed) positions must lie in [0, n - 1]: each packed sequence must fit in n tokens. Reading
+        the values syncs with an accelerator and would split a compiled graph, so the check runs in eager mode only."""
+        if is_torchdynamo_compiling():
+            return
+        low, high, n = int(positions.min()), int(positions.max()), self.config.max_position_embeddings
+        if low < 0 or high >= n:
+            raise ValueError(
+                f"position_ids must be in [0, {n - 1}] (the model's n = max_position_embeddings), got values from "
+                f"{low} to {high}. A packed row (padding-free batch) restarts its positions at 0 for each sequence, "
+                f"and each sequence must fit in {n} tokens: truncate longer ones."
+            )
 
 
 def check_cache_layers(cache: Cache, num_layers: int) -> None:
@@ -943,23 +1052,30 @@ class GMLPForSequenceClassification(GMLPPreTrainedModel):
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | SequenceClassifierOutput:
         r"""
+        position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): without an
+            `attention_mask`, a padding-free batch: several sequences packed in a row, each restarting its positions
+            at 0; the logits then hold one row per sequence, in order.
         labels (`torch.Tensor` of shape `(batch_size,)` or `(batch_size, num_labels)`, *optional*): class ids,
-            regression targets (`num_labels == 1`) or multi-hot float targets.
+            regression targets (`num_labels == 1`) or multi-hot float targets; one per sequence when packed.
         """
         outputs = self.gmlp(
             input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
+            position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             return_dict=True,
             **kwargs,
         )
-        logits = self.classifier(outputs.last_hidden_state, attention_mask)
+        packed = position_ids is not None and attention_mask is None
+        segments = sequence_segments(position_ids) if packed else None
+        logits = self.classifier(outputs.last_hidden_state, attention_mask, segments)
         loss = self.classification_loss(logits, labels) if labels is not None else None
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
@@ -1083,6 +1199,16 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
         start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*): token index of
             the answer's first and last token; positions outside the sequence are clamped and ignored, as in BERT.
         """
+        if (
+            kwargs.get("position_ids") is not None
+            and attention_mask is None
+            and not is_torchdynamo_compiling()
+            and bool((sequence_segments(kwargs["position_ids"])[:, -1] > 0).any())
+        ):
+            raise ValueError(
+                "Question answering finds one answer span per row, but these position_ids pack several sequences "
+                "in a row (padding-free batching). Pad the batch instead (e.g. DataCollatorWithPadding)."
+            )
         outputs = self.gmlp(
             input_ids,
             attention_mask=attention_mask,

@@ -77,7 +77,23 @@ def model(request, trained_looking):
 
 
 def greedy(model, input_ids, **kwargs):
-    return model.generate(input_ids, max_new_tokens=6, do_sample=False, **kwargs)
+    """Greedy decoding of 6 new tokens, with the logits of every step (`output.sequences`, `output.logits`)."""
+    return decode(model, input_ids, max_new_tokens=6, do_sample=False, **kwargs)
+
+
+def decode(model, input_ids, **kwargs):
+    """`model.generate` returning the sequences and every step's logits."""
+    return model.generate(input_ids, return_dict_in_generate=True, output_logits=True, **kwargs)
+
+
+def assert_same_decoding(actual, expected, rows=slice(None)) -> None:
+    """Two decodings of the same prompts give the same tokens and, at every step, the same logits (fp32, tight):
+    the logits show an error that the argmax would hide."""
+    assert len(actual.logits) == len(expected.logits)
+    new = -len(expected.logits)
+    assert torch.equal(actual.sequences[rows, new:], expected.sequences[:, new:])
+    for step, (got, want) in enumerate(zip(actual.logits, expected.logits)):
+        torch.testing.assert_close(got[rows], want, rtol=1e-5, atol=1e-5, msg=f"step {step}")
 
 
 def test_left_padded_rows_match_each_prompt_alone(model):
@@ -86,8 +102,8 @@ def test_left_padded_rows_match_each_prompt_alone(model):
         torch.testing.assert_close(batch[0], model(prompt_ids()).logits[0])
         torch.testing.assert_close(batch[1, 2:], model(short_ids()).logits[0])
     generated = greedy(model, batch_ids(), attention_mask=batch_mask())
-    assert generated[0].tolist() == greedy(model, prompt_ids())[0].tolist()
-    assert generated[1, 2:].tolist() == greedy(model, short_ids())[0].tolist()
+    assert_same_decoding(generated, greedy(model, prompt_ids()), rows=slice(0, 1))
+    assert_same_decoding(generated, greedy(model, short_ids()), rows=slice(1, 2))
 
 
 def test_right_padding_is_exact_and_positions_default_to_real_tokens(model):
@@ -99,7 +115,8 @@ def test_right_padding_is_exact_and_positions_default_to_real_tokens(model):
         ).logits
         default = model(batch_ids(), attention_mask=batch_mask()).logits
     torch.testing.assert_close(padded[0, :3], model(short_ids()).logits[0])
-    torch.testing.assert_close(explicit, default)
+    real = batch_mask().bool()  # padding's own outputs are never read (and differ: its positions are its own)
+    torch.testing.assert_close(explicit[real], default[real])
 
 
 @pytest.mark.parametrize(
@@ -118,13 +135,13 @@ def test_cached_generation_equals_full_recompute(model, strategy, cache_implemen
 
     def run(use_cache, **cache):
         torch.manual_seed(1)
-        return model.generate(
-            batch_ids(), attention_mask=batch_mask(), max_new_tokens=6, use_cache=use_cache, **strategy, **cache
+        return decode(
+            model, batch_ids(), attention_mask=batch_mask(), max_new_tokens=6, use_cache=use_cache, **strategy, **cache
         )
 
     cached, recomputed = run(True, cache_implementation=cache_implementation), run(False)
-    assert cached.shape == (2, 11)
-    assert torch.equal(cached, recomputed)
+    assert cached.sequences.shape == (2, 11)
+    assert_same_decoding(cached, recomputed)
 
 
 def test_one_step_with_the_cache_equals_the_full_forward(model):
@@ -218,19 +235,19 @@ def test_generate_uses_gmlp_cache_layers_and_refuses_a_cache_that_cannot_hold_ga
     give the full recompute's tokens; a cache of Transformers' plain layers, which cannot hold the gates, is refused."""
 
     def run(**kwargs):
-        return model.generate(batch_ids(), attention_mask=batch_mask(), max_new_tokens=6, do_sample=False, **kwargs)
+        return greedy(model, batch_ids(), attention_mask=batch_mask(), **kwargs)
 
     recomputed = run(use_cache=False)
     outputs = {
-        "default": run(return_dict_in_generate=True),
-        "dynamic": run(cache_implementation="dynamic", return_dict_in_generate=True),
-        "config": run(cache=DynamicCache(config=model.config), return_dict_in_generate=True),
-        "bare": run(cache=DynamicCache(), return_dict_in_generate=True),
+        "default": run(),
+        "dynamic": run(cache_implementation="dynamic"),
+        "config": run(cache=DynamicCache(config=model.config)),
+        "bare": run(cache=DynamicCache()),
     }
     for name, output in outputs.items():
         assert output.cache.get_seq_length() == 10, name
         assert all(type(layer) is GMLPDynamicLayer for layer in output.cache.layers), name
-        assert torch.equal(output.sequences, recomputed), name
+        assert_same_decoding(output, recomputed)
     plain = Cache(layers=[DynamicLayer() for _ in range(model.config.num_hidden_layers)])
     with pytest.raises(ValueError, match=r"This cache's layers \(DynamicLayer\) cannot hold gMLP's gates.*config"):
         run(cache=plain)
@@ -246,24 +263,24 @@ def test_a_second_copy_of_the_model_file_does_not_stop_decoding(model, tmp_path,
     model.save_pretrained(tmp_path)
     copy = get_class_from_dynamic_module("modeling_gmlp.GMLPForCausalLM", str(tmp_path))
     assert copy.__module__ != GMLPForCausalLM.__module__
-    run = {"max_new_tokens": 6, "do_sample": False, "attention_mask": batch_mask()}
-    output = model.generate(
-        batch_ids(), **run, cache_implementation=cache_implementation, return_dict_in_generate=True
-    )
+    output = greedy(model, batch_ids(), attention_mask=batch_mask(), cache_implementation=cache_implementation)
     assert {type(layer).__module__ for layer in output.cache.layers} == {copy.__module__}
-    assert torch.equal(output.sequences, model.generate(batch_ids(), **run, use_cache=False))
+    assert_same_decoding(output, greedy(model, batch_ids(), attention_mask=batch_mask(), use_cache=False))
 
 
 def test_static_cache_without_an_attention_mask(model):
     """No mask: positions are counted from the static cache's (tensor) length."""
-    static = model.generate(prompt_ids(), max_new_tokens=6, do_sample=False, cache_implementation="static")
-    assert static.tolist() == model.generate(prompt_ids(), max_new_tokens=6, do_sample=False, use_cache=False).tolist()
+    static = greedy(model, prompt_ids(), cache_implementation="static")
+    assert_same_decoding(static, greedy(model, prompt_ids(), use_cache=False))
 
 
 def test_generation_continues_from_the_returned_cache(model):
-    first = model.generate(prompt_ids(), max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
-    continued = model.generate(first.sequences, cache=first.cache, max_new_tokens=3, do_sample=False)
-    assert continued.tolist() == model.generate(prompt_ids(), max_new_tokens=6, do_sample=False).tolist()
+    first = decode(model, prompt_ids(), max_new_tokens=3, do_sample=False)
+    continued = decode(model, first.sequences, cache=first.cache, max_new_tokens=3, do_sample=False)
+    whole = greedy(model, prompt_ids())
+    assert torch.equal(continued.sequences, whole.sequences)
+    for step, (got, want) in enumerate(zip(first.logits + continued.logits, whole.logits)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"step {step}")
 
 
 def test_the_cache_under_its_older_name_past_key_values(model):
@@ -282,20 +299,25 @@ def test_the_cache_under_its_older_name_past_key_values(model):
 def test_assisted_decoding_crops_the_cache(trained_looking, model):
     assistant = trained_looking(**{**VARIANTS["gmlp toeplitz"], "num_hidden_layers": 1})
     expected = greedy(model, prompt_ids())
-    assert greedy(model, prompt_ids(), assistant_model=assistant).tolist() == expected.tolist()
-    assert greedy(model, prompt_ids(), prompt_lookup_num_tokens=2).tolist() == expected.tolist()
+    assert_same_decoding(greedy(model, prompt_ids(), assistant_model=assistant), expected)
+    assert_same_decoding(greedy(model, prompt_ids(), prompt_lookup_num_tokens=2), expected)
 
 
 def test_generation_from_inputs_embeds_with_an_attention_mask(model):
     embeds = model.get_input_embeddings()(batch_ids())
-    from_embeds = model.generate(inputs_embeds=embeds, attention_mask=batch_mask(), max_new_tokens=5, do_sample=False)
-    from_ids = model.generate(batch_ids(), attention_mask=batch_mask(), max_new_tokens=5, do_sample=False)
-    assert from_embeds.tolist() == from_ids[:, 5:].tolist()  # generate returns only the new tokens from embeds
+    from_embeds = decode(model, None, inputs_embeds=embeds, attention_mask=batch_mask(), max_new_tokens=5)
+    from_ids = decode(model, batch_ids(), attention_mask=batch_mask(), max_new_tokens=5)
+    assert_same_decoding(from_embeds, from_ids)  # generate returns only the new tokens from embeds
 
 
 def test_fft_path_without_cache_agrees_with_cached_decoding(trained_looking):
+    """A model that takes the FFT (n >= spatial_fft_min_length) decodes a left-padded batch with the dynamic and the
+    static cache, whose steps take the direct product, with the full recompute's logits."""
     model = trained_looking(spatial_fft_min_length=1)
-    assert greedy(model, prompt_ids(), use_cache=False).tolist() == greedy(model, prompt_ids()).tolist()
+    recomputed = greedy(model, batch_ids(), attention_mask=batch_mask(), use_cache=False)
+    for cache_implementation in ("dynamic", "static"):
+        cached = greedy(model, batch_ids(), attention_mask=batch_mask(), cache_implementation=cache_implementation)
+        assert_same_decoding(cached, recomputed)
 
 
 def test_too_long_a_generation_is_refused_before_it_starts(trained_looking):

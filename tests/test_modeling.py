@@ -19,7 +19,7 @@ from gmlp import (
     GMLPForTokenClassification,
     GMLPModel,
 )
-from gmlp.modeling_gmlp import GMLPSpatialGatingUnit, GMLPSpatialProjection, drop_path
+from gmlp.modeling_gmlp import GMLPSpatialGatingUnit, GMLPSpatialProjection, TokenPositions, drop_path
 
 # Every test builds its models and inputs on the selected device (conftest.py's --device); those that take `dtype`
 # also run in bf16 in a --dtype bf16 pass, comparing with bf16's tolerance.
@@ -113,7 +113,7 @@ def spatial_projection(tiny_config):
 
 def test_toeplitz_matrix_is_toeplitz_and_its_leading_block_is_shared(spatial_projection):
     projection = spatial_projection()
-    n = projection.max_length
+    n = projection.n
     full = projection.matrix(n)[0]
     w = projection.weight[0]
     for i in range(n):
@@ -128,7 +128,7 @@ def test_toeplitz_projection_equals_the_equivalent_dense_matrix(spatial_projecti
     toeplitz = spatial_projection(is_decoder=causal, num_sgu_heads=heads).to(dtype)
     dense = spatial_projection(is_decoder=causal, num_sgu_heads=heads, spatial_weight_type="dense").to(dtype)
     with torch.no_grad():
-        dense.weight.copy_(toeplitz.matrix(toeplitz.max_length))
+        dense.weight.copy_(toeplitz.matrix(toeplitz.n))
         dense.bias.copy_(toeplitz.bias)
     gate = torch.randn(3, 11, 24, dtype=dtype)
     assert_close(toeplitz(gate), dense(gate))
@@ -158,7 +158,7 @@ def test_fft_toeplitz_product_agrees_with_the_direct_one(spatial_projection, cau
     gate = torch.randn(2, length, 24, dtype=dtype, requires_grad=True)
     direct = projection(gate)
     direct_grads = torch.autograd.grad(direct.square().sum(), [gate, projection.weight, projection.bias])
-    projection.fft_min_length = 1  # every length now takes the FFT path
+    projection.uses_fft = True  # as a model with n >= spatial_fft_min_length: the FFT for tokens in order
     via_fft = projection(gate)
     fft_grads = torch.autograd.grad(via_fft.square().sum(), [gate, projection.weight, projection.bias])
     assert_close(via_fft, direct, atol=1e-4, rtol=1e-4)
@@ -166,17 +166,23 @@ def test_fft_toeplitz_product_agrees_with_the_direct_one(spatial_projection, cau
         assert_close(fft_grad, direct_grad, atol=1e-3, rtol=1e-4)
 
 
-def test_fft_path_is_chosen_automatically_for_long_toeplitz_inputs(spatial_projection, monkeypatch):
-    projection = spatial_projection(max_position_embeddings=64, spatial_fft_min_length=32)
+def test_fft_path_is_chosen_by_the_model_not_by_the_input_length(spatial_projection, monkeypatch):
+    """A Toeplitz W with n >= spatial_fft_min_length takes the FFT for tokens in order at every length (one path for
+    torch.export); below the threshold, or for positions out of order, the direct product."""
     calls = []
     original = GMLPSpatialProjection.fft_product
     monkeypatch.setattr(
-        GMLPSpatialProjection, "fft_product", lambda self, heads: calls.append(1) or original(self, heads)
+        GMLPSpatialProjection, "fft_product", lambda self, heads: calls.append(heads.shape[2]) or original(self, heads)
     )
-    projection(torch.randn(1, 31, 24))
-    assert calls == []
-    projection(torch.randn(1, 32, 24))
-    assert calls == [1]
+    long_n = spatial_projection(max_position_embeddings=64, spatial_fft_min_length=64)
+    long_n(torch.randn(1, 3, 24))
+    long_n(torch.randn(1, 40, 24))
+    assert calls == [3, 40]
+    gapped = torch.arange(0, 20, 2)[None]
+    long_n(torch.randn(1, 10, 24), TokenPositions(gapped, gapped))
+    short_n = spatial_projection(max_position_embeddings=63, spatial_fft_min_length=64)
+    short_n(torch.randn(1, 40, 24))
+    assert calls == [3, 40]
 
 
 # --- The spatial gating unit, the block and its init ---------------------------------------------------------

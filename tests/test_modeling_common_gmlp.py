@@ -18,6 +18,7 @@ import unittest
 from unittest import mock
 
 import pytest
+import torch
 from transformers.models.auto.modeling_auto import (
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
     MODEL_FOR_MASKED_LM_MAPPING_NAMES,
@@ -139,7 +140,13 @@ class GMLPModelTester:
 
     def prepare_config_and_inputs_for_common(self):
         input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
-        attention_mask = random_attention_mask([self.batch_size, self.seq_length])
+        if self.is_decoder:
+            # Causal rows are padded at their end (as a causal LM's batches are): a gap between real tokens would
+            # still count as a position.
+            lengths = ids_tensor([self.batch_size], self.seq_length // 2) + (self.seq_length + 1) // 2
+            attention_mask = (torch.arange(self.seq_length, device=lengths.device) < lengths[:, None]).long()
+        else:
+            attention_mask = random_attention_mask([self.batch_size, self.seq_length])
         token_type_ids = ids_tensor([self.batch_size, self.seq_length], self.type_vocab_size)
         inputs_dict = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
         return self.get_config(), inputs_dict

@@ -4,14 +4,15 @@ Written for this project, not vendored: Transformers' own mixin lives in `tests/
 the v5.23.0 source distribution does not ship. `ModelTesterMixin.test_generation_tester_mixin_inheritance` requires
 a test class whose models can generate to inherit a class of this name. The checks follow the upstream mixin's
 contract (greedy / sampling / beam search, dict outputs, `inputs_embeds`) with exact values instead of smoke runs:
-greedy decoding must equal an argmax loop over `forward`, and `generate` from `inputs_embeds` must equal
-`generate` from the matching `input_ids`.
+greedy decoding must equal an argmax loop over `forward`, `generate` from `inputs_embeds` must equal
+`generate` from the matching `input_ids`, and a padding-free batch (`DataCollatorWithFlattening`: the rows' real
+tokens in one row, positions restarting at 0) must give the padded batch's logits, with eager and SDPA attention.
 """
 
 import copy
 
 import torch
-from transformers import GenerationConfig
+from transformers import DataCollatorWithFlattening, GenerationConfig
 from transformers.generation import GenerateBeamDecoderOnlyOutput, GenerateDecoderOnlyOutput
 from transformers.testing_utils import torch_device
 
@@ -183,3 +184,38 @@ class GenerationTesterMixin:
                 with torch._dynamo.config.patch(error_on_recompile=not use_cache):
                     compiled = compiled_model.generate(**inputs, **kwargs)
                 self.assertTrue(torch.equal(eager, compiled))
+
+    def _check_padding_matches_padding_free(self, attn_implementation: str):
+        """The padded (left-padded) batch and the same rows packed by `DataCollatorWithFlattening` into one row longer
+        than n, each sequence's positions restarting at 0: the same logits at every real token, at fp32 tolerance,
+        with spatial weights far from their near-zero init."""
+        for model_class in self.all_generative_model_classes:
+            config, inputs = self.model_tester.prepare_config_and_inputs_for_common()
+            mask = inputs["attention_mask"]
+            if not bool(mask[:, -1].all()):
+                mask = mask.flip(1)  # left padding, as a causal LM's prompts have it
+            real = mask.bool()
+            config.max_position_embeddings = mask.shape[1]  # the padded width: the packed row is longer
+            torch.manual_seed(0)
+            model = model_class(config).to(torch_device).eval()
+            model.set_attn_implementation(attn_implementation)
+            with torch.no_grad():
+                for layer in model.gmlp.encoder.layer:
+                    layer.sgu.spatial_proj.weight.normal_()
+            features = [{"input_ids": ids[keep].tolist()} for ids, keep in zip(inputs["input_ids"], real)]
+            packed = DataCollatorWithFlattening(return_tensors="pt")(features)
+            self.assertGreater(packed["input_ids"].shape[1], config.max_position_embeddings)
+            with torch.no_grad():
+                padded = model(input_ids=inputs["input_ids"], attention_mask=mask, use_cache=False).logits
+                padding_free = model(
+                    input_ids=packed["input_ids"].to(torch_device),
+                    position_ids=packed["position_ids"].to(torch_device),
+                    use_cache=False,
+                ).logits
+            torch.testing.assert_close(padding_free[0], padded[real], rtol=1e-5, atol=1e-5)
+
+    def test_eager_padding_matches_padding_free_with_position_ids(self):
+        self._check_padding_matches_padding_free("eager")
+
+    def test_sdpa_padding_matches_padding_free_with_position_ids(self):
+        self._check_padding_matches_padding_free("sdpa")
