@@ -13,6 +13,7 @@ download a model by name; a saved timm state dict (.pth / .safetensors) converts
 import argparse
 import math
 import re
+import zipfile
 from pathlib import Path
 
 import torch
@@ -102,32 +103,64 @@ def timm_image_processor(image_size: int = 224, crop_pct: float = 0.875) -> Conv
     )
 
 
+# timm's gMLP image classifiers, the models `--timm-model` converts.
+TIMM_GMLPS = ("gmlp_ti16_224", "gmlp_s16_224", "gmlp_b16_224")
+
+
 def _load_timm_state_dict(checkpoint: str | None, timm_model: str | None) -> dict[str, torch.Tensor]:
+    """The timm state dict of the file `checkpoint`, else of timm's pretrained `timm_model`; a `SystemExit` saying
+    what to do when it cannot be had (no such file, not a state dict, no timm, not a gMLP, the Hub out of reach)."""
     if checkpoint:
+        if not Path(checkpoint).is_file():
+            raise SystemExit(f"--checkpoint {checkpoint}: no such file.")
         if checkpoint.endswith(".safetensors"):
             from safetensors.torch import load_file
 
             return load_file(checkpoint)
-        state_dict = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        try:
+            state_dict = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        except Exception:  # noqa: BLE001 (torch raises UnpicklingError, RuntimeError, ... for a bad file)
+            # torch.save writes zip archives: one that holds more than tensors is a pickled object (a whole model).
+            what = (
+                "holds objects besides tensors (a whole model?)"
+                if zipfile.is_zipfile(checkpoint)
+                else "is no file of torch.save"
+            )
+            raise SystemExit(
+                f"--checkpoint {checkpoint} {what}. Save the timm model's weights with "
+                "torch.save(model.state_dict(), path), or pass a .safetensors file."
+            ) from None
         return state_dict.get("state_dict", state_dict)
+    if timm_model.split(".")[0] not in TIMM_GMLPS:  # a name, or a name and a tag (gmlp_s16_224.ra3_in1k)
+        raise SystemExit(f"--timm-model {timm_model}: only timm's gMLPs convert ({', '.join(TIMM_GMLPS)}).")
     try:
         import timm
     except ImportError as error:
         raise SystemExit(
             "--timm-model needs timm (`pip install timm`); or pass --checkpoint with a saved timm state dict."
         ) from error
-    return timm.create_model(timm_model, pretrained=True).state_dict()
+    try:
+        return timm.create_model(timm_model, pretrained=True).state_dict()
+    except OSError as error:  # huggingface_hub's errors for a Hub out of reach are OSErrors
+        raise SystemExit(
+            f"--timm-model {timm_model}: its weights are not in the cache and the Hub cannot be reached "
+            f"({str(error).splitlines()[0]}). Run once online, or pass --checkpoint with a saved timm state dict."
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Convert a timm gMLP image classifier to a Transformers checkpoint.")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--timm-model", help="timm model name to download, e.g. gmlp_s16_224 (needs timm)")
+    # Each option also under the scripts' spelling (underscores, --output_dir).
+    source.add_argument("--timm-model", "--timm_model", help=f"timm model to download: {', '.join(TIMM_GMLPS)}")
     source.add_argument("--checkpoint", help="a local timm gMLP state dict (.pth/.bin or .safetensors)")
-    parser.add_argument("--output", required=True, help="directory to write the Transformers checkpoint to")
+    parser.add_argument("--output", "--output_dir", required=True, help="directory to write the checkpoint to")
     args = parser.parse_args(argv)
 
-    model = convert_timm_model(_load_timm_state_dict(args.checkpoint, args.timm_model))
+    try:
+        model = convert_timm_model(_load_timm_state_dict(args.checkpoint, args.timm_model))
+    except ValueError as error:  # a state dict of another model
+        raise SystemExit(f"--checkpoint {args.checkpoint}: {error}") from None
     output = Path(args.output)
     model.save_pretrained(output)
     timm_image_processor(model.config.image_size).save_pretrained(output)

@@ -12,7 +12,7 @@ import run_glue
 import run_image_classification
 import run_mlm
 import run_squad
-from gmlp.tasks.training import checkpoint_problem
+from gmlp.tasks.checkpoints import checkpoint_problem
 
 # One step of batches of 2.
 ONE_STEP = {"per_device_train_batch_size": 2, "per_device_eval_batch_size": 2, "max_steps": 1}

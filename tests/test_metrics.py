@@ -6,7 +6,14 @@ from pathlib import Path
 import evaluate
 import pytest
 
-from gmlp.tasks.metrics import METRIC_NAMES, load_metric, metric_path, normalize_answer
+from gmlp.tasks.metrics import (
+    METRIC_NAMES,
+    glue_scores,
+    load_metric,
+    metric_path,
+    multi_label_scores,
+    normalize_answer,
+)
 
 # Binary labels with 3 true positives, 1 true negative, 1 false positive and 1 false negative.
 BINARY_PREDICTIONS = [1, 0, 1, 1, 0, 1]
@@ -60,6 +67,25 @@ def test_glue_loads_from_its_folder_with_evaluate():
     metric = evaluate.load(str(Path(metric_path("glue")).parent), "mrpc")
     assert metric.name == "glue"
     assert metric.compute(predictions=[0, 1], references=[0, 1]) == {"accuracy": 1.0, "f1": 1.0}
+
+
+@pytest.mark.parametrize("config_name", ["cola", "mrpc", "stsb", "sst2"])
+def test_the_scripts_glue_scores_are_the_metrics(config_name):
+    predictions, references = BINARY_PREDICTIONS, BINARY_REFERENCES
+    if config_name == "stsb":
+        predictions, references = [1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 3.0, 2.0, 5.0, 4.5]
+    metric = load_metric("glue", config_name).compute(predictions=predictions, references=references)
+    # The metric reads stsb's similarity scores as float32.
+    assert glue_scores(config_name, predictions, references) == pytest.approx(metric, rel=1e-6)
+
+
+def test_multi_label_scores():
+    # Multi-hot rows: 2 labels right (true positives), 1 predicted wrongly, none missed; rows 2 and 3 all right.
+    predictions = [[1, 0, 1], [0, 1, 0], [0, 0, 0]]
+    references = [[1, 0, 0], [0, 1, 0], [0, 0, 0]]
+    result = multi_label_scores(predictions, references)
+    assert result == pytest.approx({"f1": 2 * 2 / (2 * 2 + 1 + 0), "accuracy": 2 / 3})
+    assert multi_label_scores([[0, 0]], [[0, 0]]) == {"f1": 0.0, "accuracy": 1.0}  # no label anywhere: F1 is 0
 
 
 def test_unknown_metric_lists_the_names():

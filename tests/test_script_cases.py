@@ -1,4 +1,4 @@
-"""The scripts never silently mislead (issue 24): a checkpoint's label map is used wherever labels are mapped,
+"""The scripts never silently mislead: a checkpoint's label map is used wherever labels are mapped,
 `--overwrite_output_dir` is a fresh run, `--do_predict` alone predicts (or is refused), unlabelled test files, the
 upstream `--ignore_mismatched_sizes`, the last unclear errors, and the card's loading snippet. Table-driven where the
 cases share a shape, on tiny fixtures."""
@@ -28,8 +28,8 @@ from gmlp import (
     GMLPVisionConfig,
     modeling_gmlp,
 )
+from gmlp.tasks.collators import CheckedCollator
 from gmlp.tasks.image_classification import image_processor_for
-from gmlp.tasks.training import CheckedCollator
 from gmlp.tokenization_gmlp import main as tokenizer_command
 from gmlp.tokenization_gmlp import train_tokenizer
 
@@ -80,7 +80,7 @@ def glue(checkpoint, out, *extra):
     ]
 
 
-# ---- 1. a checkpoint's label map is used wherever labels are mapped; 5. --ignore_mismatched_sizes ------------------
+# ---- a checkpoint's label map is used wherever labels are mapped; --ignore_mismatched_sizes -------------------------
 def test_scoring_a_checkpoint_on_its_own_predictions_goes_through_its_label_map(mrpc_checkpoint, tmp_path):
     checkpoint, labelled = mrpc_checkpoint
     scored = csv_file(tmp_path / "selfpred.csv", labelled)
@@ -128,7 +128,7 @@ def test_ignore_mismatched_sizes_trains_a_new_head_with_the_datas_labels(mrpc_ch
     assert GMLPForSequenceClassification.from_pretrained(tmp_path / "out").classifier.out_proj.weight.shape[0] == 3
 
 
-# ---- 2. --overwrite_output_dir is a fresh run; a resume says when its checkpoint's settings differ ------------------
+# ---- --overwrite_output_dir is a fresh run; a resume says when its checkpoint's settings differ ---------------------
 def mlm(tokenizer_dir, tmp_path, *extra):
     return tiny_run(
         tmp_path / "out",
@@ -194,7 +194,7 @@ def test_training_into_a_directory_with_another_runs_checkpoints_is_refused(toke
     assert checkpoint.is_dir()
 
 
-# ---- 3. --do_predict alone predicts, or is refused; no card without training --------------------------------------
+# ---- --do_predict alone predicts, or is refused; no card without training -------------------------------------------
 def squad_json(with_answers: bool) -> str:
     qas = [
         {"id": f"q{i}", "question": f"where is {answer}"}
@@ -260,7 +260,7 @@ def test_evaluating_writes_no_model_card(mrpc_checkpoint, tmp_path):
     assert (tmp_path / "out" / "eval_results.json").is_file() and not (tmp_path / "out" / "README.md").exists()
 
 
-# ---- 4. an unlabelled --test_file beside labelled files ------------------------------------------------------------
+# ---- an unlabelled --test_file beside labelled files ----------------------------------------------------------------
 def test_an_unlabelled_test_file_is_predicted(mrpc_checkpoint, tmp_path):
     checkpoint, labelled = mrpc_checkpoint
     train = str(csv_file(tmp_path / "train.csv", labelled))
@@ -273,7 +273,7 @@ def test_an_unlabelled_test_file_is_predicted(mrpc_checkpoint, tmp_path):
     assert len(lines) == 6 and {line.split("\t")[1] for line in lines[1:]} <= set(MRPC_LABELS.values())
 
 
-# ---- 6. the last unclear errors, and choices the user should see ----------------------------------------------------
+# ---- the last unclear errors, and choices the user should see -------------------------------------------------------
 def glue_scratch(tokenizer_dir, tmp_path, data, overrides=TINY, *extra):
     return tiny_run(
         tmp_path / "out",
@@ -392,7 +392,7 @@ def test_a_blank_corpus_trains_no_tokenizer():
         train_tokenizer(iter(["", "   "]), vocab_size=50)
 
 
-# ---- 7. the card's snippet loads the tokenizer without a remote-code prompt, gmlp not installed ------------------
+# ---- the card's snippet loads the tokenizer without a remote-code prompt, gmlp not installed ------------------------
 LOAD_CARD = """
 import re, sys
 sys.modules["gmlp"] = None  # the package is not installed
@@ -415,7 +415,7 @@ def test_the_cards_snippet_loads_model_and_tokenizer_without_gmlp_and_without_a_
     assert result.stdout.split()[-2:] == ["GMLPForSequenceClassification", "TokenizersBackend"]
 
 
-# ---- issue 21, part 4: labels and token ids are checked on the CPU, before the device -------------------------------
+# ---- labels and token ids are checked on the CPU, before the device -------------------------------------------------
 def test_the_collator_checks_ids_before_the_model_sees_them(script_tokenizer, tmp_path, monkeypatch):
     tokenizer = script_tokenizer
     examples = [{**tokenizer(text), "label": label} for text, label in [("the cat", 1), ("a dog", 5)]]
@@ -440,7 +440,7 @@ def test_the_collator_checks_ids_before_the_model_sees_them(script_tokenizer, tm
     assert calls == []
 
 
-# ---- issue 23, part 6: a name that resolves nowhere ------------------------------------------------------------------
+# ---- a name that resolves nowhere -----------------------------------------------------------------------------------
 UNRESOLVED = {
     # name: (script, arguments, what the message must say)
     "a misspelt preset": (

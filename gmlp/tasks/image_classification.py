@@ -1,12 +1,14 @@
 """Pieces of `run_image_classification.py`: scikit-learn's digits, labels through the model's label map, the image
-processor for a gMLP vision config and the Trainer's accuracy."""
+processor for a gMLP vision config and the evaluation's metrics."""
 
 import datasets
 import numpy as np
 from transformers import ViTImageProcessorPil
 
+from .arguments import ModelArguments
+from .evaluation import Evaluation
+from .labels import choose_labels
 from .metrics import accuracy
-from .training import ModelArguments, choose_labels
 
 DIGITS = "sklearn-digits"
 
@@ -54,8 +56,10 @@ def image_processor_for(config) -> ViTImageProcessorPil:
     return ViTImageProcessorPil(size={"height": config.image_size, "width": config.image_size})
 
 
-def compute_accuracy(eval_prediction) -> dict:
-    """Top-1 accuracy, for the Trainer's `compute_metrics`."""
-    logits = eval_prediction.predictions
-    logits = logits[0] if isinstance(logits, tuple) else logits
-    return accuracy(np.argmax(logits, axis=1), eval_prediction.label_ids)
+def image_evaluation() -> Evaluation:
+    """The evaluation's metrics: the loss, and the top-1 accuracy."""
+    return Evaluation(
+        "single_label_classification",
+        lambda logits, labels: accuracy(np.argmax(logits, axis=1), labels),
+        ("accuracy",),
+    )

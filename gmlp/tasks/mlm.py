@@ -1,5 +1,5 @@
 """Masked-language-model data for `run_mlm.py`: the packaged default text, tokenization (line by line or in blocks),
-the tokenizer trained on the fly, the fixed evaluation mask, and the masked-token metrics."""
+the tokenizer trained on the fly, the fixed evaluation mask, and the evaluation's metrics."""
 
 import dataclasses
 import logging
@@ -11,6 +11,8 @@ import numpy as np
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling, DataCollatorForSeq2Seq
 
 from ..tokenization_gmlp import train_tokenizer
+from .data import is_text
+from .evaluation import TOKEN_LEVEL, Evaluation
 
 logger = logging.getLogger(__name__)
 
@@ -25,9 +27,8 @@ def text_column_of(dataset, source: str = "The data") -> str:
     if dataset.features is None:  # a stream whose columns are not declared yet (a text file's is "text")
         return "text"
     column = "text" if "text" in dataset.column_names else dataset.column_names[0]
-    dtype = getattr(dataset.features[column], "dtype", None)
-    if dtype not in ("string", "large_string"):
-        kind = dtype or type(dataset.features[column]).__name__
+    if not is_text(dataset.features[column]):
+        kind = getattr(dataset.features[column], "dtype", None) or type(dataset.features[column]).__name__
         raise ValueError(f"{source}: its text column {column!r} holds {kind} values, not text. Name the text `text`.")
     return column
 
@@ -143,13 +144,15 @@ class MaskedLMCollator(DataCollatorForLanguageModeling):
         return batch
 
 
-def masked_token_predictions(logits, labels):
-    """The predicted token ids (for `preprocess_logits_for_metrics`: keeps only the argmax, not the vocab logits)."""
-    return (logits[0] if isinstance(logits, tuple) else logits).argmax(dim=-1)
+def masked_token_evaluation() -> Evaluation:
+    """The evaluation's metrics: the loss over every masked token, its perplexity, and `masked_token_accuracy` (of
+    the predicted token ids only: the vocabulary's logits are not kept)."""
+    return Evaluation(
+        TOKEN_LEVEL, masked_token_accuracy, ("accuracy",), keep=lambda logits: logits.argmax(dim=-1), perplexity=True
+    )
 
 
-def masked_token_accuracy(eval_prediction) -> dict:
-    """Accuracy of the predictions at the masked (labelled) positions, for `compute_metrics`."""
-    predictions, labels = eval_prediction
+def masked_token_accuracy(predictions: np.ndarray, labels: np.ndarray) -> dict:
+    """Accuracy of the predicted token ids at the masked (labelled) positions."""
     masked = labels != -100
     return {"accuracy": float(np.mean(predictions[masked] == labels[masked]))}

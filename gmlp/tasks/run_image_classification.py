@@ -14,9 +14,11 @@ from transformers.data.data_collator import default_data_collator
 from transformers.hf_argparser import HfArg
 
 from gmlp.configuration_gmlp import VISION_PRESETS, GMLPVisionConfig
+from gmlp.tasks import data, evaluation, loading, model_card, training
 from gmlp.tasks import image_classification as images
-from gmlp.tasks import model_card, training
-from gmlp.tasks.training import ModelArguments
+from gmlp.tasks.arguments import ModelArguments, parse_arguments
+from gmlp.tasks.collators import CheckedCollator
+from gmlp.tasks.labels import set_labels
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ def load_image_data(data_args: DataTrainingArguments, training_args, model_args)
         if training_args.do_train or training_args.do_eval:
             raw = images.load_digits_dataset(seed=training_args.seed)
     elif data_args.dataset_name != "imagefolder":
-        raw = training.load_hub_dataset(data_args, model_args)
+        raw = data.load_hub_dataset(data_args, model_args)
     folders = {"train": data_args.train_dir, "validation": data_args.validation_dir, "test": data_args.test_dir}
     for split, folder in folders.items():
         if folder:  # images labelled by their class folders, if in some (the builder takes patterns: every file below)
@@ -55,33 +57,37 @@ def load_image_data(data_args: DataTrainingArguments, training_args, model_args)
     for split, dataset in raw.items():
         columns = [data_args.image_column_name] + ([data_args.label_column_name] if split != "test" else [])
         hint = "Pass --image_column_name / --label_column_name."
-        training.require_columns(dataset, columns, f"The {split} data", hint=hint)
+        data.require_columns(dataset, columns, f"The {split} data", hint=hint)
     return raw
 
 
 def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, training_args = training.parse_arguments(
+    model_args, data_args, training_args = parse_arguments(
         (ModelArguments, DataTrainingArguments, TrainingArguments), argv
+    )
+    metrics_of_evaluation = images.image_evaluation()
+    evaluation.check_evaluation_arguments(
+        training_args, metrics_of_evaluation.metric_names, "run_image_classification.py"
     )
     # The image column is only turned into pixel_values by the on-the-fly transform, so the Trainer must not drop it.
     training_args.remove_unused_columns = False
     raw = load_image_data(data_args, training_args, model_args)
-    config = training.load_config(model_args, GMLPVisionConfig, VISION_PRESETS)
+    config = loading.load_config(model_args, GMLPVisionConfig, VISION_PRESETS)
     label_names = images.label_images(raw, data_args.label_column_name, config, model_args)
-    training.set_labels(config, label_names)
+    set_labels(config, label_names)
     splits = {}
     if training_args.do_train:
-        splits["train"] = training.take_split(raw, "train", "--do_train", data_args.max_train_samples)
+        splits["train"] = data.take_split(raw, "train", "--do_train", data_args.max_train_samples)
     if training_args.do_eval:
-        splits["validation"] = training.take_split(raw, "validation", "--do_eval", data_args.max_eval_samples)
+        splits["validation"] = data.take_split(raw, "validation", "--do_eval", data_args.max_eval_samples)
     if training_args.do_predict:
-        splits["test"] = training.take_split(raw, "test", "--do_predict", data_args.max_predict_samples)
+        splits["test"] = data.take_split(raw, "test", "--do_predict", data_args.max_predict_samples)
     if model_args.model_name_or_path:
         name, load = model_args.model_name_or_path, AutoImageProcessor.from_pretrained
-        image_processor = training.from_name(load, name, "--model_name_or_path", **model_args.hub_kwargs())
+        image_processor = loading.from_name(load, name, "--model_name_or_path", **model_args.hub_kwargs())
     else:
         image_processor = images.image_processor_for(config)
-    model = training.load_model(AutoModelForImageClassification, model_args, config)
+    model = loading.load_model(AutoModelForImageClassification, model_args, config)
 
     def transform(batch):  # a batch of images as the model's pixel_values (and labels), when it is read
         pictures = [image.convert("RGB") for image in batch[data_args.image_column_name]]
@@ -96,8 +102,9 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=inputs.get("train"),
         eval_dataset=inputs.get("validation"),
         processing_class=image_processor,
-        data_collator=training.CheckedCollator(default_data_collator, labels=config.num_labels),
-        compute_metrics=images.compute_accuracy,
+        data_collator=CheckedCollator(default_data_collator, labels=config.num_labels),
+        compute_metrics=metrics_of_evaluation.compute_metrics,
+        preprocess_logits_for_metrics=metrics_of_evaluation.preprocess_logits_for_metrics,
     )
     metrics = {}
     if training_args.do_train:

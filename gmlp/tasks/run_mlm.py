@@ -5,7 +5,6 @@ ships with the package (Encyclopaedia Britannica 1911, "Shakespeare"), saved to 
 prediction. Follows Transformers' examples/pytorch/language-modeling/run_mlm.py."""
 
 import logging
-import math
 import shlex
 import sys
 from dataclasses import dataclass
@@ -14,8 +13,9 @@ import datasets
 from transformers import AutoModelForMaskedLM, AutoTokenizer, Trainer, TrainingArguments, pipeline
 from transformers.hf_argparser import HfArg
 
-from gmlp.tasks import mlm, model_card, training
-from gmlp.tasks.training import ModelArguments
+from gmlp.tasks import checkpoints, data, evaluation, loading, mlm, model_card, training
+from gmlp.tasks.arguments import ModelArguments, TextDataArguments, parse_arguments
+from gmlp.tasks.collators import CheckedCollator
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ NO_PREDICT = (
 
 
 @dataclass
-class DataTrainingArguments(training.TextDataArguments):
+class DataTrainingArguments(TextDataArguments):
     """What to train and evaluate on."""
 
     train_file: str | None = HfArg(default=None, help="Text: .txt, .csv, .json(l), .parquet (default: the package's).")
@@ -58,12 +58,17 @@ class DataTrainingArguments(training.TextDataArguments):
 def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArguments):
     """The train/validation text, from the Hub or local files; a validation split is held out if there is none."""
     if data_args.dataset_name is not None:
-        raw = training.load_hub_dataset(data_args, model_args, streaming=data_args.streaming)
+        raw = data.load_hub_dataset(data_args, model_args, streaming=data_args.streaming)
     else:
-        raw = training.load_data_files(data_args.data_files(), model_args.cache_dir, data_args.streaming)
+        raw = data.load_data_files(data_args.data_files(), model_args.cache_dir, data_args.streaming)
     if "validation" in raw or "train" not in raw or data_args.streaming:
         return raw
-    split = raw["train"].train_test_split(test_size=data_args.validation_split_percentage / 100, shuffle=False)
+    if not 0 < (percentage := data_args.validation_split_percentage) < 100:
+        raise ValueError(
+            f"--validation_split_percentage {percentage}: the share of the training text held out for evaluation is "
+            "between 1 and 99 percent; or give the evaluation text as --validation_file."
+        )
+    split = raw["train"].train_test_split(test_size=percentage / 100, shuffle=False)
     return datasets.DatasetDict(train=split["train"], validation=split["test"])
 
 
@@ -84,28 +89,33 @@ def main(argv: list[str] | None = None) -> dict:
     if not argv:
         print("No arguments: running the offline demo, i.e.\n  python run_mlm.py " + shlex.join(DEMO_ARGS), flush=True)
         argv = DEMO_ARGS
-    model_args, data_args, training_args = training.parse_arguments(
+    model_args, data_args, training_args = parse_arguments(
         (ModelArguments, DataTrainingArguments, TrainingArguments), argv, no_predict=NO_PREDICT
     )
+    evaluation_metrics = mlm.masked_token_evaluation()
+    evaluation.check_evaluation_arguments(training_args, evaluation_metrics.metric_names, "run_mlm.py")
     if model_args.model_name_or_path is None and model_args.config_name is None:
         model_args.config_name = "gmlp-tiny"
     if data_args.streaming:
         check_streaming(data_args, model_args, training_args)
 
-    config = training.load_config(model_args)
-    tokenizer = training.load_tokenizer(model_args, required=False)
+    config = loading.load_config(model_args)
+    tokenizer = loading.load_tokenizer(model_args, config, required=False)
     if tokenizer is None and training_args.resume_from_checkpoint:  # the one the run trained
-        tokenizer = AutoTokenizer.from_pretrained(training.resolve_checkpoint(training_args))
+        tokenizer = AutoTokenizer.from_pretrained(checkpoints.resolve_checkpoint(training_args))
+        loading.fit_tokenizer_to_model(tokenizer, config)
     raw = load_raw_datasets(data_args, model_args)
     if tokenizer is None:
         tokenizer = mlm.train_or_load_tokenizer(raw, config, training_args)
-    max_seq_length = training.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
+    if data_args.fill_mask_text and tokenizer.mask_token is None:
+        raise ValueError("--fill_mask_text needs a tokenizer with a mask token; this one has none.")
+    max_seq_length = loading.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
     if model_args.model_name_or_path is None and config.vocab_size != len(tokenizer):
         logger.warning(
             f"vocab_size set to the tokenizer's {len(tokenizer)} tokens (the config had {config.vocab_size})."
         )
         config.vocab_size = len(tokenizer)
-    model = training.load_model(AutoModelForMaskedLM, model_args, config)
+    model = loading.load_model(AutoModelForMaskedLM, model_args, config)
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         logger.warning(
             f"The tokenizer has {len(tokenizer)} tokens, the model's vocabulary {model.config.vocab_size}: resizing "
@@ -125,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
         training_args.remove_unused_columns = False
     train_dataset = None
     if training_args.do_train:
-        train_dataset = training.take_split(tokenized, "train", "--do_train", data_args.max_train_samples)
+        train_dataset = data.take_split(tokenized, "train", "--do_train", data_args.max_train_samples)
     masking = {"mlm_probability": data_args.mlm_probability, "whole_word_mask": data_args.whole_word_mask}
     sparse_prediction = data_args.sparse_prediction and model.config.model_type == "gmlp"
     collator = mlm.MaskedLMCollator(tokenizer, sparse_prediction=sparse_prediction, **masking)
@@ -133,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     if training_args.do_eval:
         # Evaluation goes over the same sequences every time: for a stream, its first ones, held in memory.
         max_eval_samples = data_args.max_eval_samples or (1000 if data_args.streaming else None)
-        eval_dataset = training.take_split(tokenized, "validation", "--do_eval", max_eval_samples)
+        eval_dataset = data.take_split(tokenized, "validation", "--do_eval", max_eval_samples)
         if data_args.streaming:
             eval_dataset = datasets.Dataset.from_list(list(eval_dataset))
         with training_args.main_process_first(desc="fixing the evaluation mask"):
@@ -146,9 +156,9 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
-        data_collator=training.CheckedCollator(collator, input_ids=vocab_size, labels=vocab_size),
-        compute_metrics=mlm.masked_token_accuracy if training_args.do_eval else None,
-        preprocess_logits_for_metrics=mlm.masked_token_predictions if training_args.do_eval else None,
+        data_collator=CheckedCollator(collator, input_ids=vocab_size, labels=vocab_size),
+        compute_metrics=evaluation_metrics.compute_metrics,
+        preprocess_logits_for_metrics=evaluation_metrics.preprocess_logits_for_metrics,
     )
     metrics = {}
     if training_args.do_train:
@@ -156,8 +166,8 @@ def main(argv: list[str] | None = None) -> dict:
         training.train_and_save(trainer, num_train_samples, (model_args, data_args, training_args))
     if training_args.do_eval:
         metrics = trainer.evaluate()
-        perplexity = math.exp(metrics["eval_loss"]) if metrics["eval_loss"] < 700 else math.inf
-        metrics |= {"eval_samples": len(eval_dataset), "perplexity": perplexity}
+        # `perplexity` too, upstream run_mlm.py's name for it, which its users read.
+        metrics |= {"eval_samples": len(eval_dataset), "perplexity": metrics["eval_perplexity"]}
         training.record_metrics(trainer, "eval", metrics)
     if data_args.fill_mask_text and trainer.is_world_process_zero():
         text = data_args.fill_mask_text.replace("[MASK]", tokenizer.mask_token)

@@ -12,8 +12,9 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from .metrics import ANSWERS, load_metric
-from .training import check_text_file, load_data_files
+from ..tokenization_gmlp import check_text_file
+from .data import load_data_files
+from .metrics import ANSWERS, squad_scores, squad_v2_scores
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,30 @@ def check_training_answers(examples, source: str, version_2_with_negative: bool,
         f"--skip_invalid_answers: skipping {len(bad)} of {len(examples)} training questions of {source} ({shown})"
     )
     return examples.filter(lambda example: example["id"] not in bad)
+
+
+def check_unanswered(examples, source: str, version_2_with_negative: bool, flag: str) -> None:
+    """An error when some questions of `examples` (read from `source`, for `flag`) have no answer, as SQuAD 2.0's
+    unanswerable ones, without `--version_2_with_negative`: scored as SQuAD v1.1 they would get no scores at all.
+    Questions that all lack answers are questions to predict, which `--do_predict` takes and `--do_eval` cannot score.
+    (Training data is checked with its answers' positions, in `check_training_answers`.)"""
+    if version_2_with_negative or "answers" not in examples.column_names:
+        return
+    unanswered = [qid for qid, gold in zip(examples["id"], examples["answers"]) if not gold["text"]]
+    if not unanswered or (flag == "--do_predict" and len(unanswered) == len(examples)):
+        return
+    if len(unanswered) == len(examples):
+        raise ValueError(
+            f"{source}: none of its {len(examples)} questions has an answer, so {flag} has nothing to score against. "
+            "For SQuAD 2.0 data pass --version_2_with_negative; to predict answers only, pass the questions as "
+            "--test_file with --do_predict."
+        )
+    shown = ", ".join(unanswered[:3]) + (", ..." if len(unanswered) > 3 else "")
+    raise ValueError(
+        f"{source}: {len(unanswered)} of {len(examples)} questions have no answer ({shown}), as SQuAD 2.0's "
+        f"unanswerable ones. Pass --version_2_with_negative to score them as SQuAD 2.0 ({flag} would score none of "
+        "them as SQuAD v1.1)."
+    )
 
 
 def tokenize_windows(examples, tokenizer, max_seq_length: int, doc_stride: int, pad_to_max_length: bool):
@@ -210,14 +235,12 @@ def postprocess_qa_predictions(
 
 
 def score_answers(answers: dict[str, str], examples, version_2_with_negative: bool) -> dict:
-    """The packaged `squad` (or `squad_v2`) scores of `answers` against the gold answers of `examples`; none when
-    there are none to score against (in SQuAD v1.1 every question needs one)."""
-    answered = [bool(gold["text"]) for gold in examples["answers"]] if "answers" in examples.column_names else []
-    if not any(answered) or not (version_2_with_negative or all(answered)):
+    """SQuAD's (or with `version_2_with_negative`, SQuAD 2.0's) scores of `answers` against the gold answers of
+    `examples`; none when the questions have none (questions to predict only)."""
+    if "answers" not in examples.column_names or not any(gold["text"] for gold in examples["answers"]):
         logger.info("The questions have no answers to score the predictions against.")
         return {}
-    no_answer = {"no_answer_probability": 0.0} if version_2_with_negative else {}
-    predictions = [{"id": qid, "prediction_text": text, **no_answer} for qid, text in answers.items()]
     references = [{"id": example["id"], "answers": example["answers"]} for example in examples]
-    metric = load_metric("squad_v2" if version_2_with_negative else "squad")
-    return metric.compute(predictions=predictions, references=references)
+    if version_2_with_negative:
+        return squad_v2_scores(answers, dict.fromkeys(answers, 0.0), references)
+    return squad_scores(answers, references)

@@ -1,5 +1,7 @@
-"""The Hub's `glue`, `squad` and `squad_v2` metrics, offline: an `evaluate` script in each folder here, with the
-Hub's names, inputs, outputs and numbers, over the scores below (SQuAD's as its official evaluation scripts)."""
+"""The scores of GLUE and SQuAD (SQuAD's as its official evaluation scripts compute them), which the scripts call
+directly; and, over them, the Hub's `glue`, `squad` and `squad_v2` metrics offline: an `evaluate` script in each folder
+here, with the Hub's names, inputs, outputs and numbers, for whoever scores with `evaluate`'s interface
+(`load_metric`, or `evaluate.load` of the folder)."""
 
 import re
 import string
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import datasets
 import evaluate
+import numpy as np
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
@@ -26,20 +29,46 @@ def metric_path(name: str) -> str:
 
 
 def load_metric(name: str, config_name: str | None = None) -> evaluate.EvaluationModule:
-    """The packaged metric `name` (for "glue", a GLUE task as `config_name`), loaded by `evaluate` without the Hub."""
+    """The packaged metric `name` (for "glue", a GLUE task as `config_name`), loaded by `evaluate` without the Hub.
+    Its script imports its scores from this module, so that `evaluate`'s interface and the scripts' direct calls give
+    the same numbers from one implementation."""
     return evaluate.load(metric_path(name), config_name)
 
 
 def accuracy(predictions, references) -> dict:
-    return {"accuracy": float((predictions == references).mean())}
+    return {"accuracy": float((np.asarray(predictions) == np.asarray(references)).mean())}
 
 
-GLUE_SCORES = {
-    "cola": lambda p, r: {"matthews_correlation": float(matthews_corrcoef(r, p))},
-    "stsb": lambda p, r: {"pearson": float(pearsonr(p, r)[0]), "spearmanr": float(spearmanr(p, r)[0])},
-    **dict.fromkeys(["mrpc", "qqp"], lambda p, r: {**accuracy(p, r), "f1": float(f1_score(y_true=r, y_pred=p))}),
-    **dict.fromkeys(["sst2", "mnli", "mnli_mismatched", "mnli_matched", "qnli", "rte", "wnli", "hans"], accuracy),
+# Each GLUE score, from predicted and reference labels (or similarity scores, for pearson and spearmanr).
+SCORES = {
+    "accuracy": lambda p, r: accuracy(p, r)["accuracy"],
+    "f1": lambda p, r: float(f1_score(y_true=r, y_pred=p)),
+    "matthews_correlation": lambda p, r: float(matthews_corrcoef(r, p)),
+    "pearson": lambda p, r: float(pearsonr(p, r)[0]),
+    "spearmanr": lambda p, r: float(spearmanr(p, r)[0]),
 }
+# The scores of each of the glue metric's configurations (the GLUE tasks, and HANS).
+GLUE_METRICS = {
+    "cola": ("matthews_correlation",),
+    "stsb": ("pearson", "spearmanr"),
+    **dict.fromkeys(["mrpc", "qqp"], ("accuracy", "f1")),
+    **dict.fromkeys(["sst2", "mnli", "mnli_mismatched", "mnli_matched", "qnli", "rte", "wnli", "hans"], ("accuracy",)),
+}
+
+
+def glue_scores(config_name: str, predictions, references) -> dict:
+    """The scores of the GLUE task `config_name` (`GLUE_METRICS`)."""
+    return {name: SCORES[name](predictions, references) for name in GLUE_METRICS[config_name]}
+
+
+def multi_label_scores(predictions, references) -> dict:
+    """Of multi-hot predictions against multi-hot references (an example's row holds a 1 for each of its labels):
+    F1 over every (example, label) pair (micro-averaged), and the share of examples whose labels are all right."""
+    predictions, references = np.asarray(predictions).astype(int), np.asarray(references).astype(int)
+    return {
+        "f1": float(f1_score(y_true=references, y_pred=predictions, average="micro", zero_division=0.0)),
+        "accuracy": float((predictions == references).all(axis=1).mean()),
+    }
 
 
 def normalize_answer(text: str) -> str:

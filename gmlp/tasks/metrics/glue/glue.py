@@ -3,16 +3,17 @@
 import datasets
 import evaluate
 
-from gmlp.tasks.metrics import GLUE_SCORES
+# The scores live in the package, which the scripts call directly: one implementation for both.
+from gmlp.tasks.metrics import GLUE_METRICS, glue_scores
 
 
 class Glue(evaluate.Metric):
     """The metric of the GLUE task named by `config_name`."""
 
     def _info(self):
-        if self.config_name not in GLUE_SCORES:  # a KeyError, as the Hub's metric raises
+        if self.config_name not in GLUE_METRICS:  # a KeyError, as the Hub's metric raises
             raise KeyError(
-                f"Unknown GLUE configuration {self.config_name!r}: pass one of {list(GLUE_SCORES)} as the config "
+                f"Unknown GLUE configuration {self.config_name!r}: pass one of {list(GLUE_METRICS)} as the config "
                 "name, e.g. evaluate.load(path, 'sst2')."
             )
         value = datasets.Value("float32" if self.config_name == "stsb" else "int64")
@@ -26,4 +27,4 @@ class Glue(evaluate.Metric):
         )
 
     def _compute(self, predictions, references):
-        return GLUE_SCORES[self.config_name](predictions, references)
+        return glue_scores(self.config_name, predictions, references)

@@ -1,0 +1,102 @@
+"""Reading the data, with clear errors: local files of one format (the extension names it), Hub datasets or folders
+saved by `save_to_disk`, the columns a script needs, and the splits a flag needs."""
+
+import csv
+import itertools
+import os
+
+import datasets
+
+from ..tokenization_gmlp import check_text_file
+
+# File extension -> `datasets` builder. GLUE's sentences contain `"`, so TSV is read unquoted.
+DATA_FILE_BUILDERS = {"txt": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json", "parquet": "parquet"}
+
+
+def load_data_files(data_files: dict, cache_dir: str | None = None, streaming: bool = False, **read_kwargs):
+    """A `DatasetDict` (with `streaming`, read as it goes) from local files, `{split: path}`, all of one format, which
+    the extension names (`DATA_FILE_BUILDERS`; .txt gives a "text" column, a line each). `read_kwargs` go to it."""
+    extensions = set()
+    for split, path in data_files.items():
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"The {split} file {path!r} does not exist; check the --{split}_file path.")
+        extension = path.rsplit(".", 1)[-1].lower()
+        if extension not in DATA_FILE_BUILDERS:
+            known = ", ".join(DATA_FILE_BUILDERS)
+            raise ValueError(f"The {split} file {path!r} has an unsupported extension {extension!r} (not {known}).")
+        extensions.add(extension.replace("jsonl", "json"))
+        if extension != "parquet":
+            check_text_file(path, f"The {split} file")
+        if extension in ("csv", "tsv") and not read_kwargs.get("column_names"):
+            with open(path, encoding="utf-8-sig") as file:  # `datasets` fails on a file of one header line
+                if len(list(itertools.islice((line for line in file if line.strip()), 2))) < 2:
+                    raise ValueError(f"The {split} file {path} has no examples (only a header).")
+    if len(extensions) > 1:
+        raise ValueError(f"All data files must have the same format, got {sorted(extensions)}: {data_files}.")
+    extension = extensions.pop()
+    builder = DATA_FILE_BUILDERS[extension]
+    kwargs = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if extension == "tsv" else {}
+    kwargs |= {"cache_dir": cache_dir, "streaming": streaming, **read_kwargs}
+    splits = {}
+    for split, path in data_files.items():  # each on its own: the files may differ in columns (a test file's labels)
+        try:
+            splits[split] = datasets.load_dataset(builder, data_files={split: path}, split=split, **kwargs)
+        except Exception as error:  # datasets raises many types (ArrowInvalid, DatasetGenerationError, ...)
+            raise ValueError(f"Could not read {path} as {builder}: {root_cause(error)}") from error
+    return (datasets.IterableDatasetDict if streaming else datasets.DatasetDict)(splits)
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The error that `error` was raised from, and so on: the one that says what is wrong with a file."""
+    while (cause := error.__cause__ or error.__context__) is not None:
+        error = cause
+    return error
+
+
+def load_hub_dataset(data_args, model_args, config_name: str | None = None, **kwargs):
+    """`--dataset_name` from the Hub (or the `datasets` cache), in the configuration `config_name` (else
+    `--dataset_config_name`), or a folder written by `save_to_disk`, whose splits are used as they are; an error
+    saying what to do when it is none of these, offline ones included. `kwargs` go to `datasets.load_dataset`."""
+    name = data_args.dataset_name
+    if os.path.isfile(os.path.join(name, "dataset_dict.json")):
+        return datasets.load_from_disk(name)
+    config_name = config_name or getattr(data_args, "dataset_config_name", None)
+    try:
+        return datasets.load_dataset(
+            name, config_name, cache_dir=model_args.cache_dir, token=model_args.token, **kwargs
+        )
+    except (ConnectionError, datasets.exceptions.DatasetNotFoundError) as error:
+        where = "cannot be reached (offline)" if isinstance(error, ConnectionError) else "has no such dataset"
+        raise ValueError(
+            f"--dataset_name {name}: not a folder saved by `save_to_disk`, not in the datasets cache, and the Hub "
+            f"{where}. Load it once online (it is cached), pass a folder saved with `save_to_disk`, or local files "
+            "(--train_file, --validation_file)."
+        ) from error
+
+
+def require_columns(dataset, columns, source: str, hint: str = "Rename the columns in the file.") -> None:
+    """An error naming the `columns` that `dataset` (read from `source`) lacks, and `hint`."""
+    if missing := [column for column in columns if column not in dataset.column_names]:
+        raise ValueError(f"{source} has no column(s) {missing} (its columns: {dataset.column_names}). {hint}")
+
+
+def is_text(feature) -> bool:
+    """Whether the `datasets` feature `feature` holds strings."""
+    return getattr(feature, "dtype", None) in ("string", "large_string")
+
+
+def take_split(data, split: str, flag: str, max_samples: int | None = None):
+    """The first `max_samples` examples of `data[split]` (all when None); an error when there are none (`flag` needs
+    them), rather than once the split is used, maybe after training."""
+    if split not in data:
+        raise ValueError(f"{flag} needs {split} data; the data has {list(data) or 'none'}.")
+    if max_samples is not None and max_samples < 1:
+        limit = {"--do_train": "--max_train_samples", "--do_eval": "--max_eval_samples"}.get(
+            flag, "--max_predict_samples"
+        )
+        raise ValueError(f"{flag}: {limit} {max_samples} keeps no example; pass at least 1.")
+    if isinstance(data[split], datasets.IterableDataset):  # a stream, which cannot be counted ahead
+        return data[split] if max_samples is None else data[split].take(max_samples)
+    if len(data[split]) == 0:
+        raise ValueError(f"{flag} needs {split} data; the {split} split has no examples.")
+    return data[split] if max_samples is None else data[split].select(range(min(max_samples, len(data[split]))))

@@ -1,0 +1,150 @@
+"""Loading what a run starts from, with clear errors: the config (a preset, a folder or a Hub id, then
+`--config_overrides`), the tokenizer (never promising inputs longer than the model's n) and the model."""
+
+import difflib
+import logging
+import os
+from pathlib import Path
+
+import torch
+from huggingface_hub.constants import is_offline_mode
+from huggingface_hub.errors import StrictDataclassClassValidationError
+from safetensors import safe_open
+from transformers import AutoConfig, AutoTokenizer
+
+from ..configuration_gmlp import PRESETS, GMLPConfig
+from .arguments import ModelArguments
+from .checkpoints import weights_problem
+
+logger = logging.getLogger(__name__)
+
+
+def from_name(load, name: str, option: str, presets=(), **kwargs):
+    """`load(name, **kwargs)` (a `from_pretrained`); a name that is no directory and not found on the Hub is an
+    error saying so, whether the Hub could be reached, and which presets there are."""
+    try:
+        return load(name, **kwargs)
+    except OSError as error:
+        if os.path.exists(name):
+            raise
+        offline = is_offline_mode() or "connect" in str(error)
+        hub = "could not be reached to look it up" if offline else "has no such model"
+        near = difflib.get_close_matches(name, presets, n=1, cutoff=0.6)
+        raise ValueError(
+            f"{option} {name!r} is {'neither a preset nor' if presets else 'not'} a directory, and the Hub {hub} "
+            f"({str(error).splitlines()[0]})."
+            + (f" Did you mean the preset {near[0]!r}?" if near else "")
+            + (f" Presets: {', '.join(presets)}." if presets else "")
+        ) from error
+
+
+def load_config(model_args: ModelArguments, config_class=GMLPConfig, presets: dict = PRESETS):
+    """The config: a preset of `config_class`, a directory / Hub id, or the checkpoint's; then `--config_overrides`."""
+    name = model_args.config_name or model_args.model_name_or_path
+    if name is None:
+        raise ValueError("No model given: pass --model_name_or_path (a checkpoint) or --config_name (e.g. a preset).")
+    if model_args.config_name in presets:
+        config = config_class.from_preset(name)
+    elif model_args.config_name is None and name in presets:
+        raise ValueError(f"--model_name_or_path {name} is a preset, not a checkpoint: pass it as --config_name.")
+    elif model_args.config_name:
+        config = from_name(AutoConfig.from_pretrained, name, "--config_name", presets, **model_args.hub_kwargs())
+    else:
+        config = from_name(AutoConfig.from_pretrained, name, "--model_name_or_path", **model_args.hub_kwargs())
+    if not (overrides := model_args.config_overrides):
+        return config
+    if not all("=" in item for item in overrides.split(",")):
+        raise ValueError(f"--config_overrides takes `key=value` pairs separated by commas, got {overrides!r}.")
+    try:
+        config.update_from_string(overrides)
+        config.validate()
+    except (ValueError, StrictDataclassClassValidationError) as error:
+        keys = f" Valid keys: {sorted(config.to_dict())}." if isinstance(error, ValueError) else ""
+        raise ValueError(f"--config_overrides {overrides!r}: {error.__cause__ or error}.{keys}") from error
+    logger.info(f"Config after --config_overrides: {config}")
+    return config
+
+
+def load_tokenizer(model_args: ModelArguments, config, required: bool = True):
+    """The tokenizer of `--tokenizer_name`, else of `--model_name_or_path` (fitted to `config`, see
+    `fit_tokenizer_to_model`); else None (an error if `required`)."""
+    name = model_args.tokenizer_name or model_args.model_name_or_path
+    if name is None:
+        if required:
+            raise ValueError("No tokenizer: pass --tokenizer_name, or a --model_name_or_path that has one.")
+        return None
+    option = "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path"
+    return fit_tokenizer_to_model(
+        from_name(AutoTokenizer.from_pretrained, name, option, **model_args.hub_kwargs()), config
+    )
+
+
+def fit_tokenizer_to_model(tokenizer, config):
+    """`tokenizer` with its `model_max_length` at most the model's n (`max_position_embeddings`), so that the
+    tokenizer a run saves beside the model never offers longer inputs than the model takes."""
+    n = config.max_position_embeddings
+    if tokenizer.model_max_length > n:
+        logger.info(f"The tokenizer's model_max_length {tokenizer.model_max_length} set to the model's n = {n}.")
+        tokenizer.model_max_length = n
+    return tokenizer
+
+
+def load_model(auto_class, model_args: ModelArguments, config, tokenizer=None):
+    """`auto_class` (e.g. `AutoModelForMaskedLM`) from `--model_name_or_path`, or a new one from `config`; an error
+    naming the weights whose shapes differ from `config`'s (a head for other labels, a config overridden), and one
+    when `tokenizer` has more tokens than the model has embeddings (its ids past them have none)."""
+    name = model_args.model_name_or_path
+    if name is None:
+        logger.info("Training a new model from scratch")
+        model = auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
+    elif os.path.isdir(name) and (problem := weights_problem(Path(name))):
+        raise ValueError(f"Cannot load --model_name_or_path {name}: {problem}.")
+    else:
+        options = model_args.hub_kwargs() | {"ignore_mismatched_sizes": model_args.ignore_mismatched_sizes}
+        try:
+            model = from_name(auto_class.from_pretrained, name, "--model_name_or_path", config=config, **options)
+        except RuntimeError as error:
+            if "ignore_mismatched_sizes" not in str(error):
+                raise
+            raise ValueError(
+                f"--model_name_or_path {name}: {mismatched_weights(name, auto_class, config)}. Pass "
+                "--ignore_mismatched_sizes to start those weights afresh (a new head for the data's labels), or drop "
+                "the --config_overrides that change the model's sizes."
+            ) from None
+    if tokenizer is not None and len(tokenizer) > (size := model.get_input_embeddings().num_embeddings):
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {size} (vocab_size). Use the "
+            f"model's own tokenizer or, training from scratch, --config_overrides vocab_size={len(tokenizer)}."
+        )
+    return model
+
+
+def mismatched_weights(folder: str, auto_class, config) -> str:
+    """Which weights of the checkpoint `folder` have other shapes than those of `auto_class` built from `config`."""
+    files = sorted(Path(folder).glob("*.safetensors")) if os.path.isdir(folder) else []
+    if not files:
+        return "some of its weights have other shapes than this run's model"
+    with torch.device("meta"):
+        expected = {key: tuple(value.shape) for key, value in auto_class.from_config(config).state_dict().items()}
+    found = []
+    for path in files:
+        with safe_open(str(path), framework="pt") as weights:
+            found += [(key, tuple(weights.get_slice(key).get_shape())) for key in weights.keys()]  # noqa: SIM118
+    differ = [
+        f"{key} {shape} (this run: {expected[key]})" for key, shape in found if expected.get(key, shape) != shape
+    ]
+    labels = f"; the data has {config.num_labels} labels" if any("classifier" in item for item in differ) else ""
+    return f"its weights {', '.join(differ)} have other shapes than this run's model{labels}"
+
+
+def check_max_seq_length(max_seq_length: int | None, config, tokenizer) -> int:
+    """`max_seq_length`, or the model's n (capped by the tokenizer) when not given; an error above n (W is n x n)."""
+    n = config.max_position_embeddings
+    if max_seq_length is None:
+        return min(n, tokenizer.model_max_length)
+    if max_seq_length > n:
+        raise ValueError(
+            f"--max_seq_length {max_seq_length} is larger than the model's spatial size n = max_position_embeddings "
+            f"= {n}: pass at most {n}, or, from scratch, --config_overrides max_position_embeddings={max_seq_length}."
+        )
+    return max_seq_length

@@ -1,0 +1,183 @@
+"""The scripts' evaluation loss is the mean over every labelled item of the evaluation set (each masked token, each
+example), so that the same weights give the same loss and perplexity whatever the evaluation batch size and the
+number of processes: the per-item losses equal the models' own losses, one batch size against another, one process
+against two (torchrun, gloo)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import CONTEXT, SCRIPT_SIZES, flags, rotated_lines, write
+
+import run_glue
+import run_image_classification
+import run_mlm
+from gmlp import (
+    GMLPConfig,
+    GMLPForImageClassification,
+    GMLPForMaskedLM,
+    GMLPForSequenceClassification,
+    GMLPVisionConfig,
+)
+from gmlp.tasks.evaluation import TOKEN_LEVEL, item_losses
+from gmlp.tasks.image_classification import image_processor_for
+
+ROOT = Path(__file__).resolve().parent.parent
+VISION_SIZES = {"image_size": 8, "patch_size": 4, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1}
+
+
+# ---- each item's loss, as the model's loss averages them -------------------------------------------------------------
+def token_batch(generator):
+    labels = torch.randint(0, 120, (3, 10), generator=generator)
+    labels[torch.rand(3, 10, generator=generator) > 0.3] = -100
+    labels[:, 0] = 7  # a label in every row, their numbers unequal
+    return {"input_ids": torch.randint(5, 120, (3, 10), generator=generator), "labels": labels}
+
+
+HEADS = {
+    # name: (the model, a batch from a generator, the config's problem type as the scripts pass it)
+    "masked LM": (lambda: GMLPForMaskedLM(GMLPConfig(vocab_size=120, **SCRIPT_SIZES)), token_batch, TOKEN_LEVEL),
+    "single-label classification": (
+        lambda: GMLPForSequenceClassification(GMLPConfig(vocab_size=120, num_labels=3, **SCRIPT_SIZES)),
+        lambda g: {"input_ids": torch.randint(5, 120, (4, 8), generator=g), "labels": torch.tensor([0, 2, 1, 2])},
+        "single_label_classification",
+    ),
+    "multi-label classification": (
+        lambda: GMLPForSequenceClassification(
+            GMLPConfig(vocab_size=120, num_labels=3, problem_type="multi_label_classification", **SCRIPT_SIZES)
+        ),
+        lambda g: {
+            "input_ids": torch.randint(5, 120, (4, 8), generator=g),
+            "labels": torch.rand(4, 3, generator=g).round(),
+        },
+        "multi_label_classification",
+    ),
+    "regression": (
+        lambda: GMLPForSequenceClassification(GMLPConfig(vocab_size=120, num_labels=1, **SCRIPT_SIZES)),
+        lambda g: {"input_ids": torch.randint(5, 120, (4, 8), generator=g), "labels": torch.rand(4, generator=g) * 5},
+        "regression",
+    ),
+    "image classification": (
+        lambda: GMLPForImageClassification(GMLPVisionConfig(num_labels=4, **VISION_SIZES)),
+        lambda g: {"pixel_values": torch.randn(4, 3, 8, 8, generator=g), "labels": torch.tensor([3, 0, 1, 1])},
+        "single_label_classification",
+    ),
+}
+
+
+@pytest.mark.parametrize("head", sorted(HEADS))
+def test_the_items_losses_average_to_the_models_loss(head):
+    build, batch, problem_type = HEADS[head]
+    torch.manual_seed(0)
+    model, inputs = build().eval(), batch(torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        output = model(**inputs)
+    losses = item_losses(output.logits, inputs["labels"], problem_type)
+    labelled = inputs["labels"] != -100 if problem_type == TOKEN_LEVEL else torch.ones(len(losses), dtype=torch.bool)
+    assert losses.shape == (inputs["labels"].shape if problem_type == TOKEN_LEVEL else (len(inputs["labels"]),))
+    torch.testing.assert_close(losses[labelled].mean(), output.loss, rtol=1e-6, atol=1e-6)
+    if problem_type == TOKEN_LEVEL:
+        assert (losses[~labelled] == 0).all()
+        # The rows hold unequal numbers of labels: the mean of the rows' means is another figure.
+        row_means = torch.stack([row[mask].mean() for row, mask in zip(losses, labelled)]).mean()
+        assert abs(row_means - output.loss) > 1e-4
+
+
+# ---- one batch size against another, one process against two ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, script_tokenizer):
+    """A masked LM, a classifier of three labels and an image classifier (spatial weights away from their init),
+    their tokenizer or image processor saved beside them, and their evaluation data."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    torch.manual_seed(0)
+    text = {"vocab_size": 120, "spatial_init_eps": 16.0, **SCRIPT_SIZES}
+    models = {
+        "mlm": GMLPForMaskedLM(GMLPConfig(**text)),
+        "glue": GMLPForSequenceClassification(GMLPConfig(id2label=dict(enumerate("abc")), **text)),
+        "images": GMLPForImageClassification(GMLPVisionConfig(num_labels=10, spatial_init_eps=16.0, **VISION_SIZES)),
+    }
+    for name, model in models.items():
+        model.save_pretrained(root / name)
+        processor = image_processor_for(model.config) if name == "images" else script_tokenizer
+        processor.save_pretrained(root / name)
+    # Lines of 3 to 23 words: line by line, their masked tokens differ in number from one example to the next.
+    lines = [" ".join(line.split()[: 3 + (i * 7) % 21]) for i, line in enumerate(rotated_lines(19))]
+    write(root / "lines.txt", "\n".join([*lines, CONTEXT]) + "\n")
+    rows = "".join(f"{line},{'abc'[i % 3]}\n" for i, line in enumerate([*lines, CONTEXT]))
+    write(root / "labelled.csv", "sentence,label\n" + rows)
+    return root
+
+
+EVALUATIONS = {
+    # name: (script, its arguments from the checkpoints' folder)
+    "run_mlm, line by line": (
+        run_mlm.main,
+        lambda root: flags(
+            model_name_or_path=root / "mlm", validation_file=root / "lines.txt", line_by_line=True, max_seq_length=16
+        ),
+    ),
+    "run_glue": (
+        run_glue.main,
+        lambda root: flags(model_name_or_path=root / "glue", validation_file=root / "labelled.csv", max_seq_length=16),
+    ),
+    "run_image_classification": (
+        run_image_classification.main,
+        lambda root: flags(model_name_or_path=root / "images", max_eval_samples=19),
+    ),
+}
+
+
+def evaluate(script, arguments, output_dir: Path, batch_size: int) -> dict:
+    script(
+        [
+            *arguments,
+            *flags(output_dir=output_dir, do_eval=True, report_to="none", per_device_eval_batch_size=batch_size),
+        ]
+    )
+    return json.loads((output_dir / "eval_results.json").read_text())
+
+
+@pytest.mark.parametrize("case", sorted(EVALUATIONS))
+def test_the_evaluation_loss_does_not_depend_on_the_batch_size(case, checkpoints, tmp_path):
+    script, arguments = EVALUATIONS[case]
+    results = {size: evaluate(script, arguments(checkpoints), tmp_path / str(size), size) for size in (1, 4, 32)}
+    assert results[32]["eval_samples"] == (19 if case == "run_image_classification" else 20)
+    for size in (1, 4):
+        assert results[size]["eval_loss"] == pytest.approx(results[32]["eval_loss"], rel=1e-6), size
+        assert results[size]["eval_accuracy"] == results[32]["eval_accuracy"]
+    if "perplexity" in results[32]:
+        assert {result["perplexity"] for result in results.values()} == {
+            result["eval_perplexity"] for result in results.values()
+        }
+        assert results[1]["perplexity"] == pytest.approx(torch.tensor(results[32]["eval_loss"]).exp().item(), rel=1e-6)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("case", ["run_mlm, line by line", "run_glue"])
+def test_two_processes_evaluate_the_same_loss_as_one(case, checkpoints, tmp_path):
+    script, arguments = EVALUATIONS[case]
+    # Batches of 3 on each process: 20 examples leave an uneven last step, whose missing examples the Trainer fills.
+    one = evaluate(script, arguments(checkpoints), tmp_path / "one", 3)
+    name = "run_mlm.py" if script is run_mlm.main else "run_glue.py"
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(ROOT / name),
+    ]
+    command += [*map(str, arguments(checkpoints)), *flags(output_dir=tmp_path / "two", do_eval=True, report_to="none")]
+    command += ["--per_device_eval_batch_size", "3"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "world size: 2" in result.stdout + result.stderr
+    two = json.loads((tmp_path / "two" / "eval_results.json").read_text())
+    assert two["eval_loss"] == pytest.approx(one["eval_loss"], rel=1e-6)
+    assert two["eval_accuracy"] == one["eval_accuracy"]
