@@ -1,2 +1,2 @@
-"""The project's benchmarks: `benchmarks.speed` (speed and memory) and `benchmarks/quality.py` (quality), with what
+"""The project's benchmarks: `benchmarks.speed` (speed and memory) and `benchmarks.quality` (quality), with what
 they share in `benchmarks.common` and `benchmarks.baseline`."""

@@ -156,8 +156,10 @@ class GMLPConfig(GMLPBlockConfig):
             MLM) or `"dense"` (a full n x n matrix).
         spatial_init_eps: W starts uniform in +-spatial_init_eps / n and its bias at one, so that every block
             starts as a plain FFN (Section 2.1).
-        spatial_fft_min_length: Sequences at least this long use an FFT for the Toeplitz product
-            (O(n log n)); shorter ones multiply by the materialised matrix, which is faster there.
+        spatial_fft_min_length: In eager mode, tokens in order at least this many use an FFT for the Toeplitz
+            product (O(n log n)); fewer multiply by the materialised matrix, which is faster there. Compiled or
+            exported, a model whose n (max_position_embeddings) is at least this uses the FFT at every length, so
+            that one graph serves every length.
         tiny_attention_size: Size of aMLP's single-head tiny attention; 0 gives gMLP.
         num_sgu_heads: Number of groups of gate channels, each with its own spatial W.
         is_decoder: Causal mode: W is lower-triangular and the tiny attention causal (for `GMLPForCausalLM`).

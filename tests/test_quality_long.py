@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from benchmarks.quality import long, pretraining
+from benchmarks.quality import long, mlm_runs
 from benchmarks.quality.__main__ import parse_args
 from benchmarks.quality.context import Context
 
@@ -16,9 +16,9 @@ def test_the_long_run_keeps_the_chosen_rate_and_warm_up_but_not_a_decay(tmp_path
     monkeypatch.setattr(long, "final_recipe", lambda ctx, name: chosen)
     recipe = long.long_recipe(ctx, "gmlp")
     assert recipe == {**chosen, "lr_scheduler_type": "constant_with_warmup", "max_steps": 6000}
-    run = pretraining.settings(ctx, ctx.configs["gmlp"], recipe)
+    run = mlm_runs.settings(ctx, ctx.configs["gmlp"], recipe)
     assert (run["max_steps"], run["learning_rate"], run["warmup_steps"]) == (6000, 3e-3, 600)
-    assert pretraining.settings(ctx, ctx.configs["gmlp"], chosen)["max_steps"] == 2000
+    assert mlm_runs.settings(ctx, ctx.configs["gmlp"], chosen)["max_steps"] == 2000
 
 
 def test_the_change_at_the_end_is_read_between_the_evaluations():

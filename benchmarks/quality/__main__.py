@@ -107,6 +107,7 @@ def main(argv=None) -> None:
     ctx = Context(args)
     models = [name for name in MODELS if name in args.models]
     if not args.report_only:
+        ctx.prepare_tokenizer()
         ctx.prepare_data()
         run_parts(ctx, args.parts, models)
     results = collect(ctx, models)

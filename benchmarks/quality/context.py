@@ -1,5 +1,6 @@
 """What every part of the benchmark shares: its options, the runner, the records, the models and the data."""
 
+import hashlib
 import json
 import random
 import sys
@@ -13,6 +14,10 @@ from .runs import MissingRun, Records, Runner
 
 # The order in which waiting runs take a free slot: what answers the main questions first.
 PRIORITY = {"search": 1, "pretrain": 2, "long": 3, "finetune": 4, "sgu": 5}
+# The committed records' tokenizer: the first 12 hex digits of the sha256 of the tokenizer.json that
+# `python -m gmlp.tokenization_gmlp --train_files <data>/wikitext-2/train.txt --vocab_size 8192 --model_max_length 128`
+# writes (deterministic; tokenizers 0.23.3). A --report_only run where it has not been built keys the records by it.
+RECORDS_TOKENIZER = "30816898859b"
 TRAIN_FILE = "train.txt"  # of WikiText-2: pretraining and the tokenizer; valid.txt for choices, test.txt reported
 MNLI_HELD_OUT = 2000
 SQUAD_HELD_OUT_ARTICLES = 10
@@ -43,6 +48,13 @@ class Context:
         return self.data / f"tokenizer-{Path(TRAIN_FILE).stem}"
 
     @property
+    def tokenizer_hash(self) -> str:
+        """The first 12 hex digits of the sha256 of the tokenizer's `tokenizer.json` (RECORDS_TOKENIZER before it is
+        built): part of every run's settings, so that a record is reused only with the tokenizer it was made with."""
+        path = self.tokenizer / "tokenizer.json"
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.exists() else RECORDS_TOKENIZER
+
+    @property
     def wikitext(self) -> Path:
         return self.args.data / "wikitext-2"
 
@@ -66,9 +78,8 @@ class Context:
             print(f"  the report leaves out {missing} (--report_only)", file=sys.stderr)
             return None
 
-    def prepare_data(self) -> None:
-        """The tokenizer (trained on the pretraining text) and the documented splits of MNLI-m dev and SQuAD v1.1 dev,
-        made once in the work dir."""
+    def prepare_tokenizer(self) -> None:
+        """The tokenizer, trained once on the pretraining text (deterministic: a rebuild gives the same file)."""
         if not (self.tokenizer / "tokenizer_config.json").exists():
             self.run(
                 [
@@ -86,6 +97,15 @@ class Context:
                 ],
                 "tokenizer",
             )
+        if self.tokenizer_hash != RECORDS_TOKENIZER:
+            print(
+                f"  the tokenizer built here (sha256 {self.tokenizer_hash}...) is not the committed records' "
+                f"({RECORDS_TOKENIZER}...; another version of tokenizers?): every run is made afresh for it",
+                file=sys.stderr,
+            )
+
+    def prepare_data(self) -> None:
+        """The documented splits of MNLI-m dev and SQuAD v1.1 dev, made once in the work dir."""
         mnli = self.data / "mnli"
         if not (mnli / "validation.jsonl").exists():
             pairs = (self.args.data / "glue" / "MNLI" / "dev_matched.jsonl").read_text().splitlines()

@@ -4,15 +4,16 @@
 - SST-2, MNLI-m (dev split) and SQuAD v1.1 (dev split) at every seed, each seed's checkpoint with that seed; on
   sentence pairs gMLP and aMLP pool the mean of the tokens (the recipe an earlier round of probes found: with the
   first token they stayed at MNLI's majority class), BERT its first token (what its head does);
-- BERT's recipe probes (first seed, SST-2 and MNLI), the changes its head allows: no dropout, 30% warm-up, its
-  second-best rate. A probe that beats BERT's recipe by a point or more on a task is run at every seed as a row of
-  its own, as mean pooling was for the MLP models.
+- the transformers' recipe probes (first seed, SST-2 and MNLI): BERT's, the changes its head allows (no dropout, 30%
+  warm-up, its second-best rate); ModernBERT's, its head's other pooling (the mean of the tokens, where its default
+  is the first token: the probe gMLP's pooling got). A probe that beats the model's recipe by a point or more on a
+  task is run at every seed as a row of its own, as mean pooling was for the MLP models.
 """
 
 from ..common import markdown_table
 from .context import PRIORITY, Context
 from .curves import mean_std
-from .pretraining import pretrain
+from .mlm_runs import pretrain
 from .runs import MissingRun, settings_key, trainer_outputs
 
 TASKS = ("sst2", "mnli", "squad")
@@ -26,6 +27,8 @@ PAIR_TASKS = ("mnli",)
 MEAN_POOLING = "classifier_pooling=mean"
 PROBE_TASKS = ("sst2", "mnli")
 BERT_PROBES = {"no dropout": {"overrides": "hidden_dropout_prob=0.0"}, "warm-up 30% of steps": {"warmup_ratio": 0.3}}
+MODERNBERT_PROBES = {"mean pooling": {"overrides": MEAN_POOLING}}
+MLP_MODELS = ("gmlp", "amlp")  # mean pooling on sentence pairs is their recipe
 SECOND_RATE = "its second-best SST-2 rate"
 ADOPT_GAIN = 0.01
 
@@ -110,7 +113,7 @@ def finetune(
 
 def recipe(name: str, task: str) -> dict:
     """The task's fine-tuning recipe for the model beyond its rate."""
-    return {"overrides": MEAN_POOLING} if name != "bert" and task in PAIR_TASKS else {}
+    return {"overrides": MEAN_POOLING} if name in MLP_MODELS and task in PAIR_TASKS else {}
 
 
 def first_metric(record: dict) -> float:
@@ -133,9 +136,8 @@ def model_chain(ctx: Context, name: str) -> dict:
         return out
     ranked = sorted(sweep, key=sweep.get, reverse=True)
     rate = out["learning_rate"] = ranked[0]
-    probes = {}
-    if name == "bert":
-        probes = {**BERT_PROBES, SECOND_RATE: {"learning_rate": ranked[1]}}
+    probes = {"bert": {**BERT_PROBES, SECOND_RATE: {"learning_rate": ranked[1]}}, "modernbert": MODERNBERT_PROBES}
+    probes = probes.get(name, {})
     adopted = {}
     for seed in args.seeds:
         for task in args.tasks:

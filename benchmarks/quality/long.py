@@ -5,7 +5,7 @@ compare at take BERT to a quarter of the unigram perplexity."""
 from ..common import markdown_table
 from .context import Context
 from .curves import at_step, first_step_below
-from .pretraining import RECIPE_FIELDS, SEARCH_SCHEDULE, final_recipe, pretrain
+from .mlm_runs import RECIPE_FIELDS, SEARCH_SCHEDULE, final_recipe, pretrain
 from .search import describe
 
 LAST_STEPS = 1000  # the table's change of the perplexity at the end: over this many steps

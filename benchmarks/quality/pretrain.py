@@ -4,8 +4,8 @@ tables at equal steps and at equal wall-clock time, each beside the unigram floo
 from ..common import markdown_table
 from .context import Context
 from .curves import at_step, first_step_below, mean_std
-from .models import config_parameters
-from .pretraining import RECIPE_FIELDS, pretrain
+from .mlm_runs import RECIPE_FIELDS, pretrain
+from .models import DROPOUT_VARIANTS, config_parameters, dropout_of
 from .search import describe
 
 # a run record's field -> the seed-by-seed list in quality.json
@@ -20,8 +20,13 @@ FIELDS = {
 }
 
 
+def rows(models: list[str]) -> list[str]:
+    """The models, then the dropout variants of those among them (their model's recipe at the others' dropout)."""
+    return [*models, *(variant for variant, (name, _) in DROPOUT_VARIANTS.items() if name in models)]
+
+
 def measure(ctx: Context, models: list[str]) -> dict:
-    """Per model: its recipe and, seed by seed, every figure of its final runs."""
+    """Per model (and dropout variant): its recipe, dropout and, seed by seed, every figure of its final runs."""
 
     def one(name):
         runs = [ctx.available(pretrain, ctx, name, seed) for seed in ctx.args.seeds]
@@ -30,13 +35,15 @@ def measure(ctx: Context, models: list[str]) -> dict:
             return None
         return {
             "parameters": config_parameters(ctx.configs[name]),
+            "dropout": dropout_of(ctx.configs[name]),
             "recipe": {key: runs[0]["settings"][key] for key in RECIPE_FIELDS},
             "max_steps": runs[0]["settings"]["max_steps"],
             "seeds": [run["seed"] for run in runs],
             **{plural: [run[field] for run in runs] for field, plural in FIELDS.items()},
         }
 
-    found = dict(zip(models, ctx.parallel(one, models)))
+    names = rows(models)
+    found = dict(zip(names, ctx.parallel(one, names)))
     return {name: row for name, row in found.items() if row}
 
 
@@ -56,9 +63,12 @@ def derive(results: dict) -> dict:
     }
     if "step_time" not in results:
         return {"models": derived}
-    times = {name: results["step_time"]["models"][name]["train_step_seconds"] for name in results["pretrain"]}
-    budget = min(row["max_steps"] * times[name] for name, row in results["pretrain"].items())
+    measured = results["step_time"]["models"]
+    times = {name: measured[name]["train_step_seconds"] for name in results["pretrain"] if name in measured}
+    budget = min(results["pretrain"][name]["max_steps"] * seconds for name, seconds in times.items())
     for name, row in results["pretrain"].items():
+        if name not in times:
+            continue
         steps = budget / times[name]
         derived[name]["equal_time_steps"] = steps
         derived[name]["equal_time_perplexities"] = [at_step(curve, steps) for curve in row["curves"]]
@@ -74,6 +84,7 @@ def render_equal_steps(results: dict) -> str:
             {
                 "model": name,
                 "parameters": f"{row['parameters'] / 1e6:.2f}M",
+                "dropout": f"{row['dropout']:g}" if "dropout" in row else "–",
                 "recipe": describe(row["recipe"]),
                 "validation perplexity": mean_std(row["perplexities"]),
                 "test perplexity": mean_std(row["test_perplexities"]),
@@ -112,6 +123,7 @@ def render_equal_time(results: dict) -> str:
             "validation perplexity": mean_std(derived["models"][name]["equal_time_perplexities"]),
         }
         for name, row in results["pretrain"].items()
+        if name in times
     ]
     rows.append({"model": "unigram (reference)", "validation perplexity": f"{floor:.1f}"})
     budget = derived["equal_time_budget_seconds"] / 60

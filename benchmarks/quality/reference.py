@@ -58,6 +58,7 @@ def unigram(ctx: Context) -> dict:
 def measure(ctx: Context) -> dict:
     """The unigram reference for every split the tables report (a record: computed once)."""
     settings = {
+        "tokenizer": ctx.tokenizer_hash,
         "train_file": TRAIN_FILE,
         "vocab_size": GMLP_TINY["vocab_size"],
         "max_eval_samples": ctx.args.max_eval_samples,

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..common import markdown_table
 from . import finetune, long, pretrain, reference, search, sgu, step_time
 from .curves import mean_std
+from .models import MODELS
 from .runs import ROOT
 
 PAGES = (ROOT / "docs" / "quality.md", ROOT / "README.md")  # the pages with generated tables
@@ -29,8 +30,11 @@ def summary(results: dict) -> str:
         cells = {
             "model": name,
             "parameters": f"{row['parameters'] / 1e6:.2f}M",
+            "dropout": f"{row['dropout']:g}" if "dropout" in row else "–",
             at_steps: mean_std(row["perplexities"]),
-            at_time: mean_std(derived["models"][name]["equal_time_perplexities"]),
+            at_time: mean_std(at_time_values)
+            if (at_time_values := derived["models"][name].get("equal_time_perplexities"))
+            else "–",
             "test ppl": mean_std(row["test_perplexities"]),
             "step at ≤ unigram / 2": " / ".join(
                 str(step or "never") for step in derived["models"][name]["first_step_at_unigram_over_2"]
@@ -115,11 +119,11 @@ SECTIONS = {
     "finetune_rate": ("Fine-tuning rate: SST-2 dev accuracy (%), seed 0", finetune.render_sweep, ("finetune",)),
     "finetune": ("Fine-tuning, each model at its best rate", finetune.render_tasks, ("finetune",)),
     "finetune_probes": (
-        "BERT's fine-tuning recipe probes (seed 0), accuracy (%)",
+        "The transformers' fine-tuning recipe probes (seed 0), accuracy (%)",
         finetune.render_probes,
         ("finetune",),
     ),
-    "sgu": ("The SGU variants of Table 3", sgu.render, ("sgu",)),
+    "sgu": ("Table 3: the SGU variants and the Transformer rows", sgu.render, ("sgu",)),
     "summary": ("Summary", summary, ("pretrain", "step_time", "pretrain_derived")),
     "runtime": ("The runs' time on this machine", render_runtime, ("runtime",)),
 }
@@ -193,7 +197,8 @@ def plot(results: dict, path: Path) -> None:
 
     floor = results["pretrain_reference"]["unigram"]["valid"]["perplexity"]
     models = list(results.get("pretrain") or results.get("search") or {})
-    figure, axes = plt.subplots(2, 3, figsize=(16, 9), squeeze=False)
+    figure, axes = plt.subplots(2, 4, figsize=(21, 9), squeeze=False)
+    axes[0][3].axis("off")
     times = results.get("step_time", {}).get("models", {})
     panels = [
         (axes[0][0], "step", "validation perplexity (fixed mask), final recipe"),
@@ -225,7 +230,7 @@ def plot(results: dict, path: Path) -> None:
         axis.set(xlabel=x_label, title=title)
         axis.legend(fontsize=8)
         axis.grid(alpha=0.3)
-    for axis, name in zip(axes[1], ("bert", "gmlp", "amlp")):
+    for axis, name in zip(axes[1], MODELS):
         for index, run in enumerate(results.get("search", {}).get(name, {}).get("runs", [])):
             steps, values = zip(*run["curve"])
             axis.plot(steps, values, color=f"C{index}", label=search.describe(run))
@@ -248,7 +253,7 @@ def write(results: dict, output: Path, docs: bool = True) -> str:
     rendered = tables(results)
     report = markdown(results, rendered)
     output.with_suffix(".md").write_text(report)
-    if results.get("pretrain_reference") and (results.get("pretrain") or results.get("search")):
+    if results.get("pretrain_reference"):
         plot(results, output.with_name(f"{output.stem}_curves.png"))
     if docs:
         for path in PAGES:

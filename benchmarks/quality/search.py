@@ -4,7 +4,7 @@ runs' validation perplexities, and the recipe each model is pretrained with from
 from ..common import markdown_table
 from .context import Context
 from .curves import first_step_below
-from .pretraining import RECIPE_FIELDS, best, search
+from .mlm_runs import RECIPE_FIELDS, best, search
 
 
 def measure(ctx: Context, models: list[str]) -> dict:

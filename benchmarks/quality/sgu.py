@@ -1,19 +1,31 @@
 """Part `sgu`: the spatial gating unit variants of the paper's Table 3, pretrained with gMLP's chosen recipe at
-every seed (--sgu_steps each, the warm-up scaled with them), and the split SGU also widened to the unsplit
-variants' parameter count, so that the order is judged at equal size as well as at equal shape."""
+every seed (--sgu_steps each, the warm-up scaled with them), the split SGU also widened to the unsplit variants'
+parameter count, so that the order is judged at equal size as well as at equal shape; and the table's Transformer
+rows at gMLP's count (BERT; ModernBERT and DeBERTa-v2 for the paper's BERT with relative positions), each with its
+model's chosen recipe scaled the same way."""
 
 from ..common import markdown_table
 from .context import Context
 from .curves import mean_std
-from .models import config_parameters, sgu_configs
-from .pretraining import final_recipe, pretrain
+from .mlm_runs import final_recipe, pretrain
+from .models import TABLE3_TRANSFORMERS, config_parameters, sgu_configs, table3_transformer_configs
 
-# Table 3's MLM validation perplexities (about 100M parameters, the paper's own pretraining).
-PAPER = {"linear": 5.14, "additive": 4.97, "multiplicative": 4.53, "multiplicative_split": 4.35}
+# Table 3's MLM validation perplexities (about 100M parameters, the paper's own pretraining); BERT with relative
+# position biases for the relative-position Transformers.
+PAPER = {
+    "linear": 5.14,
+    "additive": 4.97,
+    "multiplicative": 4.53,
+    "multiplicative_split": 4.35,
+    "bert": 4.37,
+    "modernbert": 4.26,
+    "deberta-v2": 4.26,
+}
 
 
-def sgu_recipe(ctx: Context) -> dict:
-    recipe = final_recipe(ctx, "gmlp")
+def sgu_recipe(ctx: Context, model: str = "gmlp") -> dict:
+    """`model`'s chosen recipe at --sgu_steps (its warm-up scaled with them)."""
+    recipe = final_recipe(ctx, model)
     steps = ctx.args.sgu_steps
     if steps == ctx.args.max_steps:
         return recipe
@@ -46,13 +58,38 @@ def measure(ctx: Context) -> dict:
         }
 
     found = dict(zip(configs, ctx.parallel(one, list(configs))))
-    return {"recipe": recipe, "variants": {variant: row for variant, row in found.items() if row}}
+
+    def transformer(name):
+        transformer_recipe = ctx.available(sgu_recipe, ctx, TABLE3_TRANSFORMERS[name])
+        if transformer_recipe is None:
+            return None
+        config = transformers[name]
+        runs = [ctx.available(pretrain, ctx, name, seed, transformer_recipe, config, part="sgu") for seed in seeds]
+        runs = [run for run in runs if run]
+        return runs and {
+            "parameters": config_parameters(config),
+            "intermediate_size": config.intermediate_size,
+            "recipe_of": TABLE3_TRANSFORMERS[name],
+            "seeds": [run["seed"] for run in runs],
+            "perplexities": [run["perplexity"] for run in runs],
+            "test_perplexities": [run["test_perplexity"] for run in runs],
+            "curves": [run["curve"] for run in runs],
+        }
+
+    seeds, transformers = ctx.args.seeds, table3_transformer_configs()
+    baselines = dict(zip(transformers, ctx.parallel(transformer, list(transformers))))
+    return {
+        "recipe": recipe,
+        "variants": {variant: row for variant, row in found.items() if row},
+        "transformers": {name: row for name, row in baselines.items() if row},
+    }
 
 
 def render(results: dict) -> str:
     rows = []
-    for variant, row in results["sgu"]["variants"].items():
-        paper = PAPER.get(variant)
+    transformers = {f"transformer: {name}": row for name, row in results["sgu"].get("transformers", {}).items()}
+    for variant, row in {**transformers, **results["sgu"]["variants"]}.items():
+        paper = PAPER.get(variant.removeprefix("transformer: "))
         rows.append(
             {
                 "variant": variant,

@@ -28,7 +28,7 @@ def timers(ctx: Context, tokenizer, name: str, batches: list, evaluation: list):
     torch.manual_seed(0)
     model = masked_lm(ctx.configs[name])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
-    collator = MaskedLMCollator(tokenizer, sparse_prediction=name != "bert")
+    collator = MaskedLMCollator(tokenizer, sparse_prediction=ctx.configs[name].model_type == "gmlp")
     count = iter(range(10**9))
 
     def train_step():

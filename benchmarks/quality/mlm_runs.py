@@ -9,6 +9,7 @@ from pathlib import Path
 from gmlp.tasks.training import checkpoint_folders, checkpoint_problem
 
 from .context import PRIORITY, TRAIN_FILE, Context
+from .models import DROPOUT_VARIANTS
 from .runs import MissingRun, settings_key, trainer_outputs
 
 SEARCH_SCHEDULE = "constant_with_warmup"
@@ -25,6 +26,7 @@ def settings(ctx: Context, config, recipe: dict) -> dict:
     args = ctx.args
     return {
         "config": config.to_dict(),
+        "tokenizer": ctx.tokenizer_hash,
         "train_file": TRAIN_FILE,
         "max_steps": recipe.get("max_steps", args.max_steps),
         "batch_size": args.batch_size,
@@ -56,11 +58,11 @@ def pretrain(
     need_checkpoint: bool = False,
     part: str = "pretrain",
 ) -> dict:
-    """The record of `name`'s pretraining under `recipe` (default: the model's chosen one) with `seed`: validation
-    perplexity, accuracy and their curves, and the test split's figures of the last checkpoint. A run it has to make
-    waits for a slot with `part`'s priority."""
+    """The record of `name`'s pretraining under `recipe` (default: the model's chosen one; a dropout variant's is its
+    model's) with `seed`: validation perplexity, accuracy and their curves, and the test split's figures of the last
+    checkpoint. A run it has to make waits for a slot with `part`'s priority."""
     config = ctx.configs[name] if config is None else config
-    recipe = final_recipe(ctx, name) if recipe is None else recipe
+    recipe = final_recipe(ctx, DROPOUT_VARIANTS.get(name, (name,))[0]) if recipe is None else recipe
     run_settings = settings(ctx, config, recipe)
     run_name = f"pretrain-{name}-{settings_key(run_settings)}-seed{seed}"
     output = ctx.args.work_dir / run_name
