@@ -63,19 +63,14 @@ class TokenPositions:
     cached tokens, then the new ones), shapes (1 or batch, queries) and (1 or batch, keys); a first axis of 1 is shared
     by the whole batch.
 
-    `segments` (keyword-only), for packed rows: which sequence of its row each query and key belongs to, shapes as the
-    positions; tokens of different sequences never mix. `in_order` (keyword-only; only `sequential` sets it): queries
-    and keys are the same tokens, one sequence per row, at their index less a shift per row, so that the Toeplitz
-    product is a convolution along the row (the FFT's case: W[i, j] depends on i - j only).
+    `segments` (keyword-only), for packed rows: which sequence of its row each token belongs to, (batch, length), the
+    queries and keys being the same tokens; tokens of different sequences never mix. `in_order` (keyword-only; only
+    `sequential` sets it): queries and keys are the same tokens, one sequence per row, at their index less a shift per
+    row, so that the Toeplitz product is a convolution along the row (the FFT's case: W[i, j] depends on i - j only).
     """
 
     def __init__(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        *,
-        segments: tuple[torch.Tensor, torch.Tensor] | None = None,
-        in_order: bool = False,
+        self, query: torch.Tensor, key: torch.Tensor, *, segments: torch.Tensor | None = None, in_order: bool = False
     ):
         self.query, self.key, self.segments, self.in_order = query, key, segments, in_order
 
@@ -84,13 +79,6 @@ class TokenPositions:
         Computed where the direct product needs it and not kept: a cached copy would be a side effect inside the
         recomputed (checkpointed) gating unit, which torch.compile cannot trace."""
         return self.query[:, :, None] - self.key[:, None, :]
-
-    def same_sequence(self) -> torch.Tensor | None:
-        """Whether each query and key belong to the same packed sequence, (batch, queries, keys); None if unpacked."""
-        if self.segments is None:
-            return None
-        query_segments, key_segments = self.segments
-        return query_segments[:, :, None] == key_segments[:, None, :]
 
     @classmethod
     def sequential(cls, length: int, device: torch.device, shift: torch.Tensor | None = None) -> "TokenPositions":
@@ -117,6 +105,17 @@ def segments_from_boundaries(cu_seq_lens: torch.Tensor, length: int) -> torch.Te
     return torch.searchsorted(cu_seq_lens[1:].to(tokens.dtype), tokens, right=True)[None]
 
 
+def sequence_layout(segments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For packed rows' segments (batch, length): each token's sequence, counted over the whole batch in order, and
+    its index within that sequence, both flattened to (batch * length,)."""
+    starts = torch.ones_like(segments, dtype=torch.bool)
+    starts[:, 1:] = segments[:, 1:] != segments[:, :-1]
+    starts = starts.flatten()
+    sequence = starts.long().cumsum(0) - 1
+    tokens = torch.arange(starts.numel(), device=segments.device)
+    return sequence, tokens - starts.nonzero().flatten()[sequence]
+
+
 class GMLPSpatialProjection(nn.Module):
     """The spatial projection f(Z) = W Z + b of Eq. (2): mixes tokens, one (n x n) W per group of channels.
 
@@ -126,9 +125,9 @@ class GMLPSpatialProjection(nn.Module):
     their real positions; tokens of different packed sequences do not mix (a block-diagonal W). In causal mode W is
     lower-triangular.
 
-    A Toeplitz W of a model with n >= `spatial_fft_min_length` runs its product as an FFT whenever the tokens are in
-    order (`TokenPositions.in_order`): the choice depends on the model and the kind of input only, never on the input's
-    length, so that `torch.export` and `torch.compile` see one path for every length.
+    A Toeplitz W runs its product for tokens in order (`TokenPositions.in_order`) as an FFT, from
+    `spatial_fft_min_length` tokens on in eager mode (where it pays off); compiled or exported, from the model's n
+    (every length by FFT if n >= `spatial_fft_min_length`), so that one graph serves every length (`takes_fft`).
     """
 
     def __init__(self, config: GMLPConfig):
@@ -137,7 +136,7 @@ class GMLPSpatialProjection(nn.Module):
         self.num_heads = config.num_sgu_heads
         self.is_toeplitz = config.spatial_weight_type == "toeplitz"
         self.is_causal = config.is_decoder
-        self.uses_fft = self.is_toeplitz and self.n >= config.spatial_fft_min_length
+        self.fft_min_length = config.spatial_fft_min_length
         weight_shape = (self.num_heads, 2 * self.n - 1) if self.is_toeplitz else (self.num_heads, self.n, self.n)
         # W = 0 and b = 1 (Section 2.1) already here, so that a unit built on its own is defined; the model's
         # `_init_weights` then draws W uniformly in +-spatial_init_eps / n.
@@ -155,16 +154,13 @@ class GMLPSpatialProjection(nn.Module):
         return self.weight.tril()
 
     def weight_at(self, positions: TokenPositions) -> torch.Tensor:
-        """W[query positions, key positions] for every head, zero between different packed sequences: (1 or batch,
-        heads, queries, keys)."""
+        """W[query positions, key positions] for every head: (1 or batch, heads, queries, keys)."""
         weight = self.applied_weight()
         if self.is_toeplitz:
             weight = weight[:, positions.offsets() + self.n - 1]
         else:
             weight = weight[:, positions.query[:, :, None], positions.key[:, None, :]]
-        weight = weight.transpose(0, 1)
-        same_sequence = positions.same_sequence()
-        return weight if same_sequence is None else weight * same_sequence[:, None].to(weight.dtype)
+        return weight.transpose(0, 1)
 
     def matrix(self, length: int) -> torch.Tensor:
         """The leading (length x length) block of W as applied, for every head: (heads, length, length)."""
@@ -175,13 +171,37 @@ class GMLPSpatialProjection(nn.Module):
         token i is at position i."""
         if positions is None:
             positions = TokenPositions.sequential(gate.shape[1], gate.device)
+        if positions.segments is not None:
+            return self.per_sequence(gate, positions)
         heads = gate.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # (batch, heads, keys, channels/heads)
-        if self.uses_fft and positions.in_order:
+        if self.takes_fft(positions, heads.shape[2]):
             mixed = self.fft_product(heads)
         else:
             mixed = torch.matmul(self.weight_at(positions).to(heads.dtype), heads)
         bias = self.bias[:, positions.query].transpose(0, 1)[..., None]  # (1 or batch, heads, queries, 1)
         return (mixed + bias.to(mixed.dtype)).transpose(1, 2).flatten(2)
+
+    def per_sequence(self, gate: torch.Tensor, positions: TokenPositions) -> torch.Tensor:
+        """Packed rows: each sequence's gates moved to a row of their own (zero-padded), mixed there at their
+        positions, and put back. No weight reaches across a boundary, and the product costs what the padded
+        sequences' would, not the whole row's."""
+        sequence, index = sequence_layout(positions.segments)
+        count, width = int(sequence[-1]) + 1, int(index.max()) + 1
+        rows = gate.new_zeros(count, width, gate.shape[-1])
+        rows[sequence, index] = gate.flatten(0, 1)
+        row_positions = positions.query.new_zeros(count, width)
+        row_positions[sequence, index] = positions.query.expand(gate.shape[0], -1).flatten()
+        mixed = self(rows, TokenPositions(row_positions, row_positions))
+        return mixed[sequence, index].view(*gate.shape[:2], -1)
+
+    def takes_fft(self, positions: TokenPositions, length: int) -> bool:
+        """The one choice between the FFT and the direct product. The FFT needs a Toeplitz W and tokens in order; in
+        eager mode it runs from `spatial_fft_min_length` tokens on, where it is the faster; compiled or exported the
+        choice cannot depend on the length without a graph per side of the threshold (and `torch.export` would bound
+        the length below it), so there it follows the model's n."""
+        if not (self.is_toeplitz and positions.in_order):
+            return False
+        return (self.n if is_torchdynamo_compiling() else length) >= self.fft_min_length
 
     def fft_product(self, heads: torch.Tensor) -> torch.Tensor:
         """The Toeplitz product W @ heads for tokens in order, as a linear convolution by FFT in O(L log L)."""
@@ -570,12 +590,10 @@ class GMLPClassificationHead(nn.Module):
 
 def pool_sequences(hidden_states: torch.Tensor, segments: torch.Tensor, pooling: str) -> torch.Tensor:
     """Each packed sequence's first token or mean, (sequences, hidden), the sequences of row 0 first."""
-    starts = torch.ones_like(segments, dtype=torch.bool)
-    starts[:, 1:] = segments[:, 1:] != segments[:, :-1]
+    sequence, index = sequence_layout(segments)
     flat = hidden_states.flatten(0, 1)
     if pooling != "mean":
-        return flat[starts.flatten()]
-    sequence = starts.flatten().long().cumsum(0) - 1  # each token's sequence, counted over the whole batch
+        return flat[index == 0]
     count = int(sequence[-1]) + 1
     sums = flat.new_zeros(count, flat.shape[-1]).index_add_(0, sequence, flat)
     return sums / torch.bincount(sequence, minlength=count)[:, None].to(flat.dtype)
@@ -682,12 +700,13 @@ class GMLPModel(GMLPPreTrainedModel):
         attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 for real tokens,
             0 for padding (with a cache: `(batch_size, cached + sequence_length)`). Padding is zeroed before every
             spatial projection and masked in the tiny attention, so right-padded sequences give the same outputs at
-            their real positions as unpadded ones; in causal mode positions follow the real tokens, so left padding
-            is exact too.
+            their real positions as unpadded ones; in causal mode positions start at each row's first real token,
+            so left padding is exact too (padding belongs at the ends of a row).
         token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids.
         position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): the position of each
-            token (which row of W and entry of b it uses); by default the count of real tokens before it in causal
-            mode, its index otherwise.
+            token (which row of W and entry of b it uses); by default its index, less the row's leading padding in
+            causal mode. Without a cache they may pack several sequences in a row (padding-free batching: each
+            sequence restarts at 0 and must fit in n; the row may be longer): sequences never mix.
         inputs_embeds (`torch.Tensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*): token
             embeddings to use instead of `input_ids`.
         cache (`Cache`, *optional*): causal mode: the earlier tokens' gates (and tiny-attention keys and
@@ -758,7 +777,7 @@ class GMLPModel(GMLPPreTrainedModel):
             segments = segments_from_boundaries(boundaries, length).expand(batch, -1)
             starts = torch.searchsorted(segments[0], segments[0], right=False)  # each token's sequence start
             position_ids = (torch.arange(length, device=device) - starts)[None].expand(batch, -1)
-        return TokenPositions(position_ids, position_ids, segments=(segments, segments))
+        return TokenPositions(position_ids, position_ids, segments=segments)
 
     def _tiny_attention_mask(self, hidden_states, attention_mask, cache, positions: TokenPositions):
         """The tiny attention's padding (and, in causal mode, causal) mask in the form its attention implementation
@@ -767,7 +786,7 @@ class GMLPModel(GMLPPreTrainedModel):
             return None
         same_sequence = None
         if positions.segments is not None:
-            segments = positions.segments[0]
+            segments = positions.segments
 
             def same_sequence(batch_idx, head_idx, q_idx, kv_idx):
                 return segments[batch_idx, q_idx] == segments[batch_idx, kv_idx]
@@ -937,8 +956,8 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
     """gMLP with causal spatial weights (and causal tiny attention) for left-to-right language modelling.
 
     `generate()` decodes with a cache (a `DynamicCache` of `GMLPDynamicLayer`s; see `GMLPLayer` for what it keeps),
-    so each new token costs one token's work; positions follow the real tokens, so a left-padded batch generates what
-    each prompt generates alone. A prompt and its new tokens must fit in n (`max_position_embeddings`) tokens.
+    so each new token costs one token's work; positions start at each row's first real token, so a left-padded batch
+    generates what each prompt generates alone. A prompt and its new tokens must fit in n (`max_position_embeddings`) tokens.
     """
 
     accepts_loss_kwargs = True

@@ -158,7 +158,7 @@ def test_fft_toeplitz_product_agrees_with_the_direct_one(spatial_projection, cau
     gate = torch.randn(2, length, 24, dtype=dtype, requires_grad=True)
     direct = projection(gate)
     direct_grads = torch.autograd.grad(direct.square().sum(), [gate, projection.weight, projection.bias])
-    projection.uses_fft = True  # as a model with n >= spatial_fft_min_length: the FFT for tokens in order
+    projection.fft_min_length = 1  # every length now takes the FFT path
     via_fft = projection(gate)
     fft_grads = torch.autograd.grad(via_fft.square().sum(), [gate, projection.weight, projection.bias])
     assert_close(via_fft, direct, atol=1e-4, rtol=1e-4)
@@ -166,23 +166,25 @@ def test_fft_toeplitz_product_agrees_with_the_direct_one(spatial_projection, cau
         assert_close(fft_grad, direct_grad, atol=1e-3, rtol=1e-4)
 
 
-def test_fft_path_is_chosen_by_the_model_not_by_the_input_length(spatial_projection, monkeypatch):
-    """A Toeplitz W with n >= spatial_fft_min_length takes the FFT for tokens in order at every length (one path for
-    torch.export); below the threshold, or for positions out of order, the direct product."""
+def test_fft_path_is_chosen_by_length_in_eager_mode_and_by_n_when_compiled(spatial_projection, monkeypatch):
+    """Eager: a Toeplitz W takes the FFT for tokens in order from spatial_fft_min_length tokens on. Compiled (or
+    exported): from the model's n, at every length, so that one graph serves every length. Positions out of order
+    always take the direct product."""
     calls = []
     original = GMLPSpatialProjection.fft_product
     monkeypatch.setattr(
         GMLPSpatialProjection, "fft_product", lambda self, heads: calls.append(heads.shape[2]) or original(self, heads)
     )
-    long_n = spatial_projection(max_position_embeddings=64, spatial_fft_min_length=64)
-    long_n(torch.randn(1, 3, 24))
-    long_n(torch.randn(1, 40, 24))
-    assert calls == [3, 40]
-    gapped = torch.arange(0, 20, 2)[None]
-    long_n(torch.randn(1, 10, 24), TokenPositions(gapped, gapped))
-    short_n = spatial_projection(max_position_embeddings=63, spatial_fft_min_length=64)
-    short_n(torch.randn(1, 40, 24))
-    assert calls == [3, 40]
+    projection = spatial_projection(max_position_embeddings=64, spatial_fft_min_length=32)
+    projection(torch.randn(1, 31, 24))
+    projection(torch.randn(1, 32, 24))
+    gapped = torch.arange(0, 40, 2)[None]
+    projection(torch.randn(1, 20, 24), TokenPositions(gapped, gapped))
+    assert calls == [32]
+    monkeypatch.setattr("gmlp.modeling_gmlp.is_torchdynamo_compiling", lambda: True)
+    projection(torch.randn(1, 3, 24))
+    spatial_projection(max_position_embeddings=31, spatial_fft_min_length=32)(torch.randn(1, 3, 24))
+    assert calls == [32, 3]
 
 
 # --- The spatial gating unit, the block and its init ---------------------------------------------------------

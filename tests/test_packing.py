@@ -8,6 +8,7 @@ import torch
 from helpers import seeded
 
 from gmlp import GMLPForQuestionAnswering, GMLPForSequenceClassification, GMLPForTokenClassification
+from gmlp.tasks.collators import SentenceFlattening
 
 LENGTHS = (9, 4, 12)  # packed: 25 tokens in a row of models with n = 16
 
@@ -66,3 +67,17 @@ def test_question_answering_refuses_a_packed_row_by_name(tiny_config, rows):
         model(ids, position_ids=positions)
     # explicit positions of one sequence per row are not packing
     model(rows[0][None], position_ids=torch.arange(LENGTHS[0])[None])
+
+
+def test_the_sentence_flattening_collator_keeps_token_types_and_one_label_per_example():
+    features = [
+        {"input_ids": [2, 7, 3], "token_type_ids": [0, 0, 0], "label": 1},
+        {"input_ids": [2, 8, 9, 3, 5, 3], "token_type_ids": [0, 0, 0, 0, 1, 1], "label": 0},
+    ]
+    batch = SentenceFlattening()(features)
+    assert batch["input_ids"].tolist() == [[2, 7, 3, 2, 8, 9, 3, 5, 3]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 3, 4, 5]]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 0, 0, 0, 0, 0, 1, 1]]
+    assert batch["labels"].tolist() == [1, 0] and "attention_mask" not in batch
+    regression = SentenceFlattening()([{"input_ids": [2, 3], "label": 0.5}, {"input_ids": [2, 3], "label": 2.0}])
+    assert regression["labels"].dtype == torch.float and regression["labels"].tolist() == [0.5, 2.0]

@@ -177,3 +177,26 @@ def test_glue_dir_reader_gives_the_hub_columns_and_labels(tmp_path):
     mrpc = load_glue_dir(str(root), get_task("mrpc"), ["train"])["train"]
     assert mrpc[0] == {"sentence1": "A", "sentence2": "B", "label": 1, "idx": 0}
     assert sorted(GLUE_TASKS) == ["cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli"]
+
+
+@pytest.mark.parametrize("task_name, make_dir", [("SST-2", sst2_dir), ("MNLI", mnli_dir)], ids=["single", "pairs"])
+def test_padding_free_batches_train_and_evaluate_as_padded_ones(tmp_path, tokenizer_dir, task_name, make_dir):
+    """--padding_free (every batch's examples in one row, positions restarting at 0; sentence pairs keep their
+    token types) trains to the padded run's weights and gives its evaluation loss (dropout off: the same steps)."""
+    glue_dir = make_dir(tmp_path / "glue")
+    results = {}
+    for name, extra in (("padded", ()), ("padding-free", ("--padding_free",))):
+        output_dir = tmp_path / name
+        args = glue_args(tokenizer_dir, output_dir, *extra, task_name=task_name, glue_dir=glue_dir)
+        run_glue.main([*args, "--do_train", "--do_eval", "--per_device_eval_batch_size", "3"])
+        results[name] = json.loads((output_dir / "all_results.json").read_text())
+    padded, padding_free = results["padded"], results["padding-free"]
+    assert padding_free["eval_loss"] == pytest.approx(padded["eval_loss"], rel=1e-4)
+    assert padding_free["eval_accuracy"] == padded["eval_accuracy"]
+    assert padding_free["train_loss"] == pytest.approx(padded["train_loss"], rel=1e-4)
+
+
+def test_padding_free_is_refused_with_padding_to_the_maximum_length(tmp_path, tokenizer_dir):
+    args = glue_args(tokenizer_dir, tmp_path / "out", "--padding_free", "--pad_to_max_length", task_name="SST-2")
+    with pytest.raises(ValueError, match="--padding_free batches have no padding"):
+        run_glue.main([*args, "--glue_dir", str(sst2_dir(tmp_path / "glue")), "--do_train"])

@@ -144,7 +144,8 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: 
                 f"the run would silently be plain data-parallel (DDP). Drop {flag} on the CPU, or run on GPUs."
             )
     for args in parsed:
-        if training_args.torch_compile and getattr(args, "pad_to_max_length", True) is False:
+        padding_free = getattr(args, "padding_free", False)  # no padding to add: the rows' lengths vary anyway
+        if training_args.torch_compile and getattr(args, "pad_to_max_length", True) is False and not padding_free:
             # Padded to its longest example, nearly every batch has a new length, which recompiles the model.
             logger.warning("--torch_compile: padding every example to --max_seq_length (--pad_to_max_length added).")
             args.pad_to_max_length = True

@@ -1,6 +1,8 @@
-"""What the scripts' data collators add to Transformers' own: a check of every batch's ids and labels on the CPU."""
+"""What the scripts' data collators add to Transformers' own: a check of every batch's ids and labels on the CPU, and
+padding-free batches of sentences."""
 
 import torch
+from transformers import DataCollatorWithFlattening
 
 
 class CheckedCollator:
@@ -27,4 +29,24 @@ class CheckedCollator:
                 raise ValueError(
                     f"A batch holds {key} {bad[0].item()}, outside the model's ids 0..{limit - 1}: {self.ADVICE[key]}"
                 )
+        return batch
+
+
+class SentenceFlattening(DataCollatorWithFlattening):
+    """Transformers' padding-free collator for sentence-level tasks: every example's tokens in one row, positions
+    restarting at 0 for each (the stock collator), with their `token_type_ids` (which it drops) and one label per
+    example (it takes labels for tokens). The model pools each sequence apart: one output per example."""
+
+    def __call__(self, features, return_tensors=None, separator_id=None):
+        batch = super().__call__([{"input_ids": f["input_ids"]} for f in features], return_tensors, separator_id)
+        del batch["labels"]  # the stock collator's next-token labels
+        if "token_type_ids" in features[0]:
+            batch["token_type_ids"] = torch.tensor([[t for f in features for t in f["token_type_ids"]]])
+        label = "label" if "label" in features[0] else "labels" if "labels" in features[0] else None
+        if label is not None:
+            values = [f[label] for f in features]
+            floating = any(
+                isinstance(v, float) or (isinstance(v, list) and v and isinstance(v[0], float)) for v in values
+            )
+            batch["labels"] = torch.tensor(values, dtype=torch.float if floating else torch.long)
         return batch

@@ -11,7 +11,7 @@ from transformers.hf_argparser import HfArg
 
 from gmlp.tasks import data, evaluation, glue, labels, loading, model_card, training
 from gmlp.tasks.arguments import ModelArguments, TextDataArguments, parse_arguments
-from gmlp.tasks.collators import CheckedCollator
+from gmlp.tasks.collators import CheckedCollator, SentenceFlattening
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +28,11 @@ class DataTrainingArguments(TextDataArguments):
     )
     test_file: str | None = HfArg(default=None, help="Prediction file, same format (labels optional).")
     max_predict_samples: int | None = HfArg(default=None, help="Keep only this many test examples.")
+    padding_free: bool = HfArg(
+        default=False,
+        help="Padding-free batches: each batch's examples in one row, no padding (DataCollatorWithFlattening); the "
+        "model keeps the examples apart. Faster where lengths vary.",
+    )
     text_column_names: str | None = HfArg(
         default=None,
         aliases=["--text_columns"],
@@ -42,6 +47,8 @@ class DataTrainingArguments(TextDataArguments):
             raise ValueError("--glue_dir needs --task_name, to know which task folder to read.")
         if self.task_name is None and not self.data_files():
             raise ValueError("Give --task_name (a GLUE task) or --train_file / --validation_file / --test_file.")
+        if self.padding_free and self.pad_to_max_length:
+            raise ValueError("--padding_free batches have no padding: leave out --pad_to_max_length.")
         if self.text_column_names is not None and not self.data_files():
             raise ValueError(
                 "--text_column_names names the text columns of your own files (--train_file, ...); a GLUE task read "
@@ -106,6 +113,11 @@ def main(argv: list[str] | None = None) -> dict:
         (ModelArguments, DataTrainingArguments, TrainingArguments), argv
     )
     config = loading.load_config(model_args)
+    if data_args.padding_free and config.model_type != "gmlp":
+        raise ValueError(
+            f"--padding_free needs a model that keeps packed examples apart (gMLP, aMLP); this one is "
+            f"{config.model_type!r}. Leave out --padding_free."
+        )
     tokenizer = loading.load_tokenizer(model_args, config)
     task, raw = load_task_data(data_args, training_args, model_args, config)
     source = data_args.train_file or data_args.validation_file or f"GLUE {task.name}"
@@ -134,10 +146,10 @@ def main(argv: list[str] | None = None) -> dict:
         eval_datasets[name] = data.take_split(encoded, name, "--do_eval", data_args.max_eval_samples)
     for name in task.test_splits if training_args.do_predict else ():
         test_datasets[name] = data.take_split(encoded, name, "--do_predict", data_args.max_predict_samples)
-    # The batches: padded to the longest example of each, then their ids and labels checked on the CPU.
-    collator = CheckedCollator(
-        DataCollatorWithPadding(tokenizer), input_ids=model.config.vocab_size, labels=names and len(names)
-    )
+    # The batches: padded to the longest example of each (or, --padding_free, every example's tokens in one row), then
+    # their ids and labels checked on the CPU.
+    batching = SentenceFlattening() if data_args.padding_free else DataCollatorWithPadding(tokenizer)
+    collator = CheckedCollator(batching, input_ids=model.config.vocab_size, labels=names and len(names))
     trainer = Trainer(
         model=model,
         args=training_args,
