@@ -5,6 +5,7 @@ import json
 import logging
 
 import pytest
+import torch
 from helpers import CONTEXT, WORDS, config_overrides, flags, rotated_lines, tiny_run, write
 from PIL import Image
 
@@ -267,3 +268,19 @@ def test_imagefolder_with_train_and_validation_dirs(tmp_path):
     assert metrics["eval_samples"] == 6
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert sorted(config["id2label"].values()) == ["blue", "red"]
+
+
+def test_a_checkpoint_saved_sharded_by_fsdp_counts_as_complete(tmp_path):
+    """FSDP's sharded saving (the Trainer's default under --fsdp) writes `torch.distributed.checkpoint` folders in
+    place of model.safetensors and optimizer.pt; such a checkpoint resumes once each folder's `.metadata` (written
+    last) is there."""
+    folder = tmp_path / "checkpoint-4"
+    for name in ("pytorch_model_fsdp_0", "optimizer_0"):
+        write(folder / name / "__0_0.distcp", b"shard")
+    write(folder / "trainer_state.json", json.dumps({"global_step": 4}))
+    torch.save({}, folder / "scheduler.pt")
+    assert "no model weights" in checkpoint_problem(folder)
+    write(folder / "pytorch_model_fsdp_0" / ".metadata", b"m")
+    assert "optimizer.pt is missing" in checkpoint_problem(folder)
+    write(folder / "optimizer_0" / ".metadata", b"m")
+    assert checkpoint_problem(folder) is None

@@ -7,6 +7,8 @@ markdown tables out, the results as JSON (every round's time in it). Run from th
     python -m benchmarks.speed --sections precision --output benchmarks/results/speed_precision.json
     python -m benchmarks.speed --sections memory,saved --output benchmarks/results/speed_memory.json
     python -m benchmarks.speed --sections training,memory --baseline main    # before (main) against after, one run
+    python -m benchmarks.speed --sections fft_choice,padding_free --threads 1 --rounds 5 \\
+        --output benchmarks/results/speed_packing.json
     python -m benchmarks.speed --sections gpu --device cuda                  # the GPU section (docs/benchmarks.md)
     python -m benchmarks.speed --report-only --output F.json    # the tables of saved results, measuring nothing
     python -m benchmarks.speed --docs           # the tables of docs/benchmarks.md and the README from saved results
@@ -14,7 +16,9 @@ markdown tables out, the results as JSON (every round's time in it). Run from th
 Sections (benchmarks/speed/<section>.py, each a measure and a render step): training (MLM step, like for like with
 BERT, with peak memory), inference (encoder), generation (generate() with and without the cache, against GPT-2),
 precision (fp32 / bf16, eager / torch.compile), profile (torch.profiler by operator or CUDA kernel), memory (peak
-memory at 512 to 4,096 tokens), saved (what autograd saves per block), scaling (against sequence length), gpu.
+memory at 512 to 4,096 tokens), saved (what autograd saves per block), scaling (against sequence length),
+fft_choice (the FFT at short lengths, as compiled graphs take it, against eager's direct product), padding_free
+(packed against padded fine-tuning batches on SST-2 and MNLI), gpu.
 
 Cases run interleaved (A B C A B C ...); tables give medians over rounds and paired ratios (the median of per-round
 ratios). On the CPU, `torch.set_num_threads` is set explicitly and glibc's malloc is told (mallopt) to keep freed
@@ -64,7 +68,21 @@ def parse_args(argv=None):
     parser.add_argument(
         "--no-gpu-compile", dest="gpu_compile", action="store_false", help="the gpu section without torch.compile"
     )
-    parser.add_argument("--deadline", type=float, help="seconds after which the gpu section starts no new part")
+    parser.add_argument(
+        "--deadline", type=float, help="seconds from the process's start by which the gpu section's parts must end"
+    )
+    parser.add_argument("--gpu-parts", help="comma-separated parts of the gpu section to run (default: all, in order)")
+    parser.add_argument(
+        "--gpu-resume",
+        metavar="FILE",
+        help="a gpu results file: run its missing parts with its batches, into --output",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=Path(__file__).resolve().parents[3] / "shared" / "data",
+        help="padding_free's data",
+    )
     parser.add_argument("--quick", action="store_true", help="3 rounds, 1 repeat, 2-layer scaling, tiny gpu section")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "speed.json")
     parser.add_argument("--system-malloc", action="store_true", help="keep glibc's default malloc settings")

@@ -1,25 +1,41 @@
-"""The GPU section: gMLP-base, aMLP-base and BERT of gMLP-base's parameter count (SDPA, and flash-attention 2 where
-it is installed) at n = 512 with the largest batch that fits (found by trying: doubling, then bisection), MLM
-training (logits at the labelled positions) and encoder inference, fp32 and bf16 autocast, eager and compiled; MFU
-against the bf16 matmul peak measured in the same run (an 8192^3 product); peak memory per step; a torch.profiler
-account by CUDA kernel of each model's training step; the FFT path against a dense W at 4,096 to 16,384 tokens.
+"""The GPU section: gMLP-base and aMLP-base (the presets), BERT and ModernBERT (Transformers' own, SDPA attention) with
+gMLP-base's width and depth and the FFN width that matches its parameter count, at n = 512, MLM training (logits at
+the labelled positions, fused AdamW) and encoder inference, bf16 autocast and fp32 (no TF32), eager and compiled; MFU
+against the bf16 matmul peak measured in the same run (an 8192^3 product) and against the device's datasheet peak;
+peak memory per step; the FFT path against plain dense products at 4,096 to 16,384 tokens; a torch.profiler account
+by CUDA kernel of each model's bf16 training step.
 
-"Compiled" is regional: each block (`GradientCheckpointingLayer`, the repeated layer of every Transformers model)
-goes through `torch.compile`, so that compiling costs one block's time and not 48 unrolled ones. Eager runs first,
-then the blocks are compiled in place. Cases of one precision and mode run interleaved (paired ratios); compiled
-against eager is a ratio of medians. Parts run in order of importance, and with `--deadline` the parts that would
-start after it are listed as not run. On the CPU it runs at tiny sizes (`--quick`: the tiny presets, batch 2) so
-that it is tested there; docs/benchmarks.md gives the one-call command for the H200.
+Every model keeps one optimizer for the whole run, its states made before the batch search: the largest batch that
+fits (per model and precision) is found with every model's weights and optimizer states on the device, as they are
+while the cases are timed in turn. The batches are searched once (fp32 in its own part) and reused by the later parts
+and by a resumed run (`--gpu-resume`, on the same device only).
+
+"Compiled" is regional: each block (`GradientCheckpointingLayer`, the repeated layer of every Transformers model) runs
+through `torch.compile` with static shapes, so that compiling costs one block's time and not 48 unrolled ones. The
+blocks of every model, mode and precision share one code object in dynamo's cache, so its recompile limit is raised
+to hold them all and reaching it raises instead of running eager; each row records the graphs its first call compiled.
+
+Parts run in the order of PARTS; each one's failure is recorded with its error and the run goes on; the results file
+is rewritten after each part. With `--deadline` (seconds from the process's start) a part starts only if its
+expected time (PARTS, at base size on an H100) still fits; it and the parts after it are listed as not run, and a run
+with `--gpu-resume FILE` does them later. On the CPU it runs at tiny sizes (`--quick`) so that it is tested there;
+docs/benchmarks.md gives the commands for a GPU machine.
 """
 
 import gc
+import json
+import os
 import statistics
+import sys
 import time
+import traceback
+import warnings
+from pathlib import Path
 
 import torch
+from torch._dynamo.utils import counters
 from transformers import AutoModelForMaskedLM
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.utils import is_flash_attn_2_available
 
 from ..common import (
     bert_config,
@@ -34,217 +50,412 @@ from ..common import (
     table,
     times,
 )
-from .models import PRECISIONS, forward_flops, in_precision, sparse_bert_loss, sparse_loss, training_step_fn
+from .models import (
+    forward_flops,
+    in_precision,
+    labelled_loss,
+    labelled_positions,
+    modernbert_config,
+)
 from .profile import profile_cases
 from .scaling import measure_lengths
 from .scaling import render as render_scaling
 
 PRESETS = {"base": ("gmlp-base", "amlp-base"), "tiny": ("gmlp-tiny", "amlp-tiny")}
 FFT_LENGTHS = {"base": (4096, 8192, 16384), "tiny": (256, 512)}
-REFERENCE = "BERT (sdpa)"
+REFERENCE, MODERN = "BERT (sdpa)", "ModernBERT (sdpa)"
+# Dense (no sparsity) bf16 tensor-core peaks of NVIDIA's datasheets, TFLOP/s, by the first name part that matches.
+DATASHEET_BF16_TFLOPS = {"H200 NVL": 835, "H200": 989, "H100 PCIe": 756, "H100 NVL": 835, "H100": 989, "A100": 312}
+# Part -> seconds it is expected to take at base size on an H100 (estimates until a GPU run measures them): the
+# deadline starts a part only while that much time is left.
+PARTS = {
+    "batches-bf16": 20,
+    "training-bf16-eager": 20,
+    "inference-bf16-eager": 10,
+    "fft": 40,
+    "training-bf16-compiled": 90,
+    "inference-bf16-compiled": 45,
+    "profile-bf16": 30,
+    "training-fp32-eager": 40,
+    "inference-fp32-eager": 15,
+    "training-fp32-compiled": 80,
+    "inference-fp32-compiled": 40,
+}
+# Every (model, mode, precision) compiles its own graph on the blocks' one code object; dynamo's default limit is 8.
+RECOMPILE_LIMIT = 64
+
+
+def datasheet_peak(name: str) -> float | None:
+    """The datasheet's dense bf16 peak (FLOP/s) of the device called `name`, None for one not listed."""
+    return next((tflops * 1e12 for part, tflops in DATASHEET_BF16_TFLOPS.items() if part in name), None)
+
+
+def device_name(device) -> str:
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def process_start() -> float:
+    """When this process started (`time.time()`), from /proc; the time of the first call where /proc is missing."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
+        return int(boot.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, IndexError, ValueError):
+        return time.time()
 
 
 def build(size: str, device) -> dict:
-    """name -> (model on `device`, loss function) at equal parameters: gMLP and aMLP by their presets, BERT with
-    gMLP's width and depth and the FFN width that matches gMLP's count."""
+    """name -> model on `device` at equal parameters: gMLP and aMLP by their presets, BERT and ModernBERT with gMLP's
+    width and depth and the FFN width that matches gMLP's count, both with SDPA attention."""
     from gmlp import GMLPConfig
 
     gmlp, amlp = (GMLPConfig.from_preset(name) for name in PRESETS[size])
     torch.manual_seed(0)
-    models = {"gmlp": (AutoModelForMaskedLM.from_config(gmlp), sparse_loss)}
-    models["amlp"] = (AutoModelForMaskedLM.from_config(amlp), sparse_loss)
-    bert = bert_config(gmlp.to_dict(), num_parameters(models["gmlp"][0]))
-    models[REFERENCE] = (AutoModelForMaskedLM.from_config(bert, attn_implementation="sdpa"), sparse_bert_loss)
-    if torch.device(device).type == "cuda" and is_flash_attn_2_available():
-        flash = AutoModelForMaskedLM.from_config(bert, attn_implementation="flash_attention_2")
-        models["BERT (flash-attention 2)"] = (flash, sparse_bert_loss)
-    return {name: (model.to(device), loss) for name, (model, loss) in models.items()}
+    with torch.device(device):  # initialised there: 4 x 130M parameters take seconds on the host
+        models = {"gmlp": AutoModelForMaskedLM.from_config(gmlp), "amlp": AutoModelForMaskedLM.from_config(amlp)}
+        target = num_parameters(models["gmlp"])
+        like = gmlp.to_dict()
+        models[REFERENCE] = AutoModelForMaskedLM.from_config(bert_config(like, target), attn_implementation="sdpa")
+        models[MODERN] = AutoModelForMaskedLM.from_config(modernbert_config(like, target), attn_implementation="sdpa")
+    return models
 
 
-def largest_batch(model, loss_fn, length: int, precision: str, device, start: int = 8, limit: int = 4096) -> int:
-    """The largest batch (a multiple of `start`) whose training step does not run out of GPU memory."""
+def blocks(model) -> list[torch.nn.Module]:
+    return [module for module in model.modules() if isinstance(module, GradientCheckpointingLayer)]
 
-    def fits(batch: int) -> bool:
-        input_ids, labels = mlm_batch(batch, length, model.config.vocab_size, device)
+
+class Compiled:
+    """Each model's blocks compiled once (static shapes), switched on and off by setting their `forward`."""
+
+    def __init__(self):
+        torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
+        self.forwards = {}
+
+    def set(self, model, compiled: bool) -> None:
+        for block in blocks(model):
+            if not compiled:
+                vars(block).pop("forward", None)
+                continue
+            if block not in self.forwards:
+                self.forwards[block] = torch.compile(block.forward, dynamic=False)
+            block.forward = self.forwards[block]
+
+
+def training_step(model, optimizer, input_ids, labels):
+    """One optimizer step of `model` (forward, backward, `optimizer`) on the batch, with the loss at the labelled
+    positions (`labelled_loss`), as a function."""
+    index, targets = labelled_positions(labels)
+
+    def step():
+        labelled_loss(model, input_ids, index, targets).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def make_optimizer(model, device):
+    """Fused AdamW with its states made (one step at batch 1 and zero learning rate), so that a batch search sees
+    them."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True)
+    model.train()
+    input_ids, labels = mlm_batch(1, model.config.max_position_embeddings, model.config.vocab_size, device, 0.5)
+    in_precision(training_step(model, optimizer, input_ids, labels), "bf16", device)()
+    optimizer.param_groups[0]["lr"] = 1e-4
+    return optimizer
+
+
+def free_memory(device) -> None:
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def step_peak_gib(step, device) -> float:
+    """The peak memory one call of `step` adds (GiB, the caching allocator's); raises torch.OutOfMemoryError."""
+    return peak_added_mib(step, repeats=1, device=device) / 1024
+
+
+def largest_batch(step_at, reset, device, start: int = 8, share: float = 0.9, limit: int = 4096) -> dict:
+    """The largest batch (a multiple of `start`) whose step `step_at(batch)` fits in `share` of the device memory
+    that is free now: the peaks at `start` and 2 `start` give the memory per sequence, the batch it allows is tried,
+    then smaller ones until one fits; `reset()` after each step clears its gradients. Returns the batch, its peak and
+    the tries."""
+    free = torch.cuda.mem_get_info(device)[0]
+    peaks = {}
+    for batch in (start, 2 * start):
+        peaks[batch] = step_peak_gib(step_at(batch), device)
+        reset()
+    per_sequence = (peaks[2 * start] - peaks[start]) / start
+    allowed = start + (share * free / 2**30 - peaks[start]) / max(per_sequence, 1e-9)
+    batch = max(start, min(limit, int(allowed) // start * start))
+    tries = []
+    while batch >= start:
+        peak = None
         try:
-            in_precision(training_step_fn(model, loss_fn, input_ids, labels), precision, device)()
-            synchronize(device)
-            return True
+            peak = step_peak_gib(step_at(batch), device)
         except torch.OutOfMemoryError:
-            return False
-        finally:
-            model.zero_grad(set_to_none=True)
-            gc.collect()
-            torch.cuda.empty_cache()
+            pass
+        reset()  # here, not in the handler, whose traceback still holds the failed step's tensors
+        tries.append([batch, "out of memory" if peak is None else round(peak, 2)])
+        if peak is not None:
+            return {"batch": batch, "peak_gib": peak, "free_gib": free / 2**30, "per_sequence_gib": per_sequence,
+                    "tries": tries}  # fmt: skip
+        batch -= max(start, batch // 10 // start * start)
+    raise RuntimeError(f"Not even a batch of {start} fits (free: {free / 2**30:.1f} GiB).")
 
-    good, bad = 0, None
-    batch = start
-    while batch <= limit and fits(batch):
-        good, batch = batch, 2 * batch
-    bad = batch if batch <= limit else None
-    while bad is not None and bad - good > start:
-        middle = (good + bad) // 2 // start * start
-        good, bad = (middle, bad) if fits(middle) else (good, middle)
-    if not good:
-        raise RuntimeError(f"Not even a batch of {start} fits for {type(model).__name__}.")
-    return good
+
+def host_syncs(step, device) -> int:
+    """How many times one call of `step` waits for the GPU (CUDA's sync debug mode warns at each); 0 on the CPU."""
+    if torch.device(device).type != "cuda":
+        return 0
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            step()
+            synchronize(device)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(warning.message) for warning in caught)
+
+
+def graphs_compiled() -> int:
+    return counters["stats"]["unique_graphs"]
 
 
 def time_group(cases: dict, args, device, inference: bool) -> dict:
-    """Interleaved seconds per step of one group of cases (name -> step), the first call timed apart."""
-    first_call = {}
+    """Interleaved seconds per step of one group of cases (name -> step); the first call of each timed apart, with
+    the graphs dynamo compiled during it."""
+    first_call, graphs = {}, {}
     with torch.inference_mode(inference):
         for name, step in cases.items():
-            start = time.perf_counter()
+            before, start = graphs_compiled(), time.perf_counter()
             step()
             synchronize(device)
             first_call[name] = time.perf_counter() - start
+            graphs[name] = graphs_compiled() - before
         measured = interleaved(cases, args.rounds, warmup=1, repeats=args.repeats, device=device)
-    return {"first_call": first_call, "times": measured}
+    return {"first_call": first_call, "graphs": graphs, "times": measured}
 
 
 def measure(args) -> dict:
     device = torch.device(args.device)
     size = "tiny" if args.quick else args.gpu_size
-    deadline = time.monotonic() + args.deadline if args.deadline else None
+    deadline = process_start() + args.deadline if args.deadline else None
+    result = {"size": size, "device": device_name(device), "not_run": [], "errors": {}, "part_seconds": {}}
+    if args.gpu_resume:
+        earlier = json.loads(Path(args.gpu_resume).read_text())["gpu"]
+        if earlier["device"] != result["device"] or earlier["size"] != size:
+            raise ValueError(
+                f"{args.gpu_resume} was measured on {earlier['device']} at size {earlier['size']}, this run is on "
+                f"{result['device']} at size {size}: its batches and rows do not carry over."
+            )
+        result = earlier | {"not_run": [], "errors": {}, "resumed_from": str(args.gpu_resume)}
+    wanted = args.gpu_parts.split(",") if args.gpu_parts else list(PARTS)
+    if unknown := set(wanted) - set(PARTS):
+        raise ValueError(f"Unknown parts {sorted(unknown)}; the parts are: {', '.join(PARTS)}.")
     peak = matmul_peak_flops(device, torch.bfloat16, size=8192 if device.type == "cuda" else 1024)
-    result = {"size": size, "matmul_peak_tflops_bf16": peak / 1e12, "not_run": [], "models": {}}
+    datasheet = datasheet_peak(result["device"])
+    result |= {"matmul_peak_tflops_bf16": peak / 1e12, "datasheet_peak_tflops_bf16": datasheet and datasheet / 1e12}
+    result["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
     models = build(size, device)
-    length = next(iter(models.values()))[0].config.max_position_embeddings
+    length = models["gmlp"].config.max_position_embeddings
     result["length"] = length
-    for name, (model, _) in models.items():
-        result["models"][name] = {
+    result["models"] = {
+        name: {
             "parameters": num_parameters(model),
             "layers": model.config.num_hidden_layers,
+            "intermediate_size": model.config.intermediate_size,
             "attn_implementation": model.config._attn_implementation,
         }
+        for name, model in models.items()
+    }
+    optimizers = {name: make_optimizer(model, device) for name, model in models.items()}
+    batches = {tuple(key.split(" | ")): value for key, value in result.get("batches", {}).items()}
+    compiled = Compiled()
 
     def run(part: str, work) -> None:
-        if deadline and time.monotonic() > deadline:
-            result["not_run"].append(part)
+        if part not in wanted or part in result["part_seconds"]:
             return
+        if result["not_run"] or deadline and time.time() + (PARTS[part] if size == "base" else 0) > deadline:
+            result["not_run"].append(part)  # and every part after it: they build on the earlier ones
+            return
+        print(f"  {part} ...", file=sys.stderr, flush=True)
         start = time.monotonic()
-        work()
-        result.setdefault("part_seconds", {})[part] = time.monotonic() - start
+        try:
+            work()
+            result["part_seconds"][part] = time.monotonic() - start
+        except KeyboardInterrupt:
+            result["errors"][part] = "interrupted (the time limit of the call)"
+            args.save(result)
+            raise
+        except Exception as error:  # noqa: BLE001 (any failure of a part is recorded, and the next part runs)
+            result["errors"][part] = f"{type(error).__name__}: {error}"[:2000]
+            traceback.print_exc()
+        finally:
+            for model in models.values():
+                model.zero_grad(set_to_none=True)
+            free_memory(device)
         args.save(result)
 
-    batches = {}
+    def batch_for(name: str, precision: str) -> int:
+        if (name, precision) not in batches:
+            if args.gpu_batch or device.type != "cuda":
+                batches[(name, precision)] = args.gpu_batch or 2
+            else:
+                model, optimizer = models[name], optimizers[name]
+                vocab = model.config.vocab_size
 
-    def find_batches() -> None:
-        for precision in PRECISIONS:
-            for name, (model, loss_fn) in models.items():
-                if device.type == "cuda":
-                    batch = largest_batch(model, loss_fn, length, precision, device)
+                def step_at(batch, model=model, optimizer=optimizer):
+                    input_ids, labels = mlm_batch(batch, length, vocab, device)
+                    return in_precision(training_step(model, optimizer, input_ids, labels), precision, device)
+
+                def reset(model=model):
+                    model.zero_grad(set_to_none=True)
+                    free_memory(device)
+
+                model.train()
+                found = largest_batch(step_at, reset, device)
+                result.setdefault("batch_search", {})[f"{name} | {precision}"] = found
+                batches[(name, precision)] = found["batch"]
+            result["batches"] = {" | ".join(key): batch for key, batch in batches.items()}
+        return batches[(name, precision)]
+
+    def find_batches(precision: str):
+        def work():
+            for name, model in models.items():
+                input_ids, labels = mlm_batch(batch_for(name, precision), length, model.config.vocab_size, device)
+                step = in_precision(training_step(model, optimizers[name], input_ids, labels), precision, device)
+                result.setdefault("host_syncs_per_step", {})[f"{name} | {precision}"] = host_syncs(step, device)
+
+        return work
+
+    def timed(mode: str, precision: str, is_compiled: bool):
+        def work():
+            cases, flops, tokens = {}, {}, {}
+            for name, model in models.items():
+                compiled.set(model, is_compiled)
+                batch = batch_for(name, precision)
+                input_ids, labels = mlm_batch(batch, length, model.config.vocab_size, device)
+                tokens[name] = input_ids.numel()
+                if mode == "training":
+                    model.train()
+                    predicted = int((labels != -100).sum())
+                    flops[name] = 3 * forward_flops(model.config, tokens[name], length, predicted)
+                    step = training_step(model, optimizers[name], input_ids, labels)
                 else:
-                    batch = args.gpu_batch or 2
-                batches[(name, precision)] = args.gpu_batch or batch
-        result["batches"] = {f"{n} | {p}": b for (n, p), b in batches.items()}
-
-    def timed(mode: str, compiled: bool, precisions=tuple(PRECISIONS)):
-        def work():
-            for precision in precisions:
-                cases, flops, tokens = {}, {}, {}
-                for name, (model, loss_fn) in models.items():
-                    if precision == "fp32" and "flash" in name:
-                        continue  # flash-attention has no fp32 kernel
-                    batch = batches[(name, precision)]
-                    input_ids, labels = mlm_batch(batch, length, model.config.vocab_size, device)
-                    tokens[name] = input_ids.numel()
-                    if mode == "training":
-                        predicted = int((labels != -100).sum())
-                        flops[name] = 3 * forward_flops(model.config, tokens[name], length, predicted)
-                        step = training_step_fn(model, loss_fn, input_ids, labels)
-                    else:
-                        model.eval()
-                        flops[name] = forward_flops(model.config, tokens[name], length)
-                        step = lambda model=model, ids=input_ids: model.base_model(input_ids=ids)
-                    cases[name] = in_precision(step, precision, device)
-                group = time_group(cases, args, device, inference=mode == "inference")
-                for name, step in cases.items():
-                    seconds = statistics.median(group["times"][name])
+                    model.eval()
+                    flops[name] = forward_flops(model.config, tokens[name], length)
+                    step = lambda model=model, ids=input_ids: model.base_model(input_ids=ids)
+                cases[name] = in_precision(step, precision, device)
+            group = time_group(cases, args, device, inference=mode == "inference")
+            for name, step in cases.items():
+                seconds = statistics.median(group["times"][name])
+                memory = None
+                if device.type == "cuda":
                     with torch.inference_mode(mode == "inference"):
-                        memory = peak_added_mib(step, repeats=1, device=device) / 1024
-                    result.setdefault(mode, {})[f"{name} | {precision} | {'compiled' if compiled else 'eager'}"] = {
-                        "batch": batches[(name, precision)],
-                        "tokens_per_second": tokens[name] / seconds,
-                        "mfu_vs_bf16_peak": flops[name] / seconds / peak,
-                        "vs_bert_sdpa": paired_ratio(group["times"], name, REFERENCE),
-                        "peak_step_gib": memory,
-                        "first_call_seconds": group["first_call"][name],
-                        "times": group["times"][name],
-                    }
+                        memory = step_peak_gib(step, device)
+                result.setdefault(mode, {})[f"{name} | {precision} | {'compiled' if is_compiled else 'eager'}"] = {
+                    "batch": batches[(name, precision)],
+                    "tokens_per_second": tokens[name] / seconds,
+                    "tflops": flops[name] / seconds / 1e12,
+                    "mfu_vs_measured_bf16_peak": flops[name] / seconds / peak,
+                    "mfu_vs_datasheet_bf16_peak": datasheet and flops[name] / seconds / datasheet,
+                    "vs_bert_sdpa": paired_ratio(group["times"], name, REFERENCE),
+                    "vs_modernbert_sdpa": paired_ratio(group["times"], name, MODERN),
+                    "peak_step_gib": memory,
+                    "first_call_seconds": group["first_call"][name],
+                    "graphs_compiled": group["graphs"][name],
+                    "times": group["times"][name],
+                }
+            for model in models.values():
+                compiled.set(model, False)
 
         return work
 
-    def kernel_profile(compiled: bool):
-        def work():
-            cases = {}
-            for name, (model, loss_fn) in models.items():
-                input_ids, labels = mlm_batch(batches[(name, "bf16")], length, model.config.vocab_size, device)
-                step = training_step_fn(model, loss_fn, input_ids, labels)
-                cases[f"{name} bf16 {'compiled' if compiled else 'eager'}"] = in_precision(step, "bf16", device)
-            result.setdefault("profile", {}).update(profile_cases(cases, device, steps=2))
+    def kernel_profile():
+        cases = {}
+        for is_compiled in (False, True) if args.gpu_compile else (False,):
+            for name, model in models.items():
+                model.train()
+                input_ids, labels = mlm_batch(batch_for(name, "bf16"), length, model.config.vocab_size, device)
+                step = in_precision(training_step(model, optimizers[name], input_ids, labels), "bf16", device)
 
-        return work
+                def switched(model=model, step=step, is_compiled=is_compiled):
+                    compiled.set(model, is_compiled)
+                    step()
 
-    def compile_blocks() -> None:
-        for model, _ in models.values():
-            for module in model.modules():
-                if isinstance(module, GradientCheckpointingLayer):
-                    module.compile()
+                cases[f"{name} bf16 {'compiled' if is_compiled else 'eager'}"] = switched
+        result["profile"] = profile_cases(cases, device, steps=2)
+        for model in models.values():
+            compiled.set(model, False)
 
     def fft() -> None:
-        gmlp = models["gmlp"][0].config
+        gmlp = models["gmlp"].config
         shape = {key: getattr(gmlp, key) for key in ("vocab_size", "hidden_size", "intermediate_size")}
-        shape |= {"num_hidden_layers": gmlp.num_hidden_layers, "max_position_embeddings": gmlp.max_position_embeddings}
+        shape |= {"num_hidden_layers": gmlp.num_hidden_layers, "max_position_embeddings": length}
         lengths = FFT_LENGTHS[size]
         result["fft"] = measure_lengths(
-            lengths, max(lengths), args.gpu_fft_layers, args.rounds, args.rounds, shape, device, "bf16"
-        )
+            lengths, max(lengths), args.gpu_fft_layers, args.rounds, args.rounds, shape, device, "bf16",
+            plain_products=True,
+        )  # fmt: skip
 
-    run("batch sizes", find_batches)
-    run("training, eager", timed("training", compiled=False))
-    run("inference, eager", timed("inference", compiled=False))
-    run("profile, eager", kernel_profile(compiled=False))
-    if args.gpu_compile:
-        run("compilation of the blocks", compile_blocks)
-        run("training, compiled, bf16", timed("training", compiled=True, precisions=("bf16",)))
-        run("inference, compiled, bf16", timed("inference", compiled=True, precisions=("bf16",)))
-        run("profile, compiled", kernel_profile(compiled=True))
-    run("FFT against dense W", fft)
-    if args.gpu_compile:
-        run("training, compiled, fp32", timed("training", compiled=True, precisions=("fp32",)))
+    work = {
+        "batches-bf16": find_batches("bf16"),
+        "training-bf16-eager": timed("training", "bf16", is_compiled=False),
+        "inference-bf16-eager": timed("inference", "bf16", is_compiled=False),
+        "fft": fft,
+        "training-bf16-compiled": timed("training", "bf16", is_compiled=True),
+        "inference-bf16-compiled": timed("inference", "bf16", is_compiled=True),
+        "profile-bf16": kernel_profile,
+        "training-fp32-eager": timed("training", "fp32", is_compiled=False),
+        "inference-fp32-eager": timed("inference", "fp32", is_compiled=False),
+        "training-fp32-compiled": timed("training", "fp32", is_compiled=True),
+        "inference-fp32-compiled": timed("inference", "fp32", is_compiled=True),
+    }
+    for part in PARTS:
+        if args.gpu_compile or not part.endswith("-compiled"):
+            run(part, work[part])
     return result
 
 
 def targets(result: dict) -> list[str]:
-    """Issue 21's GPU targets against what was measured (bf16)."""
+    """The GPU targets (bf16, equal parameters) against what was measured, and gMLP against ModernBERT."""
     training = result.get("training", {})
+    eager, compiled = training.get("gmlp | bf16 | eager"), training.get("gmlp | bf16 | compiled")
     rows = []
-    gmlp_eager, gmlp_compiled = training.get("gmlp | bf16 | eager"), training.get("gmlp | bf16 | compiled")
-    if gmlp_eager:
-        rows.append(["gMLP training vs BERT (SDPA), bf16 eager, paired", times(gmlp_eager["vs_bert_sdpa"]), "1.20x"])
-    if gmlp_compiled:
-        rows.append(
-            ["gMLP training vs BERT (SDPA), bf16 compiled, paired", times(gmlp_compiled["vs_bert_sdpa"]), "1.20x"]
-        )
-        rows.append(["gMLP training MFU, bf16 compiled", percent(gmlp_compiled["mfu_vs_bf16_peak"]), "40%"])
-        ratio = gmlp_compiled["tokens_per_second"] / gmlp_eager["tokens_per_second"]
+    for mode, row in (("eager", eager), ("compiled", compiled)):
+        if row:
+            rows += [
+                [f"gMLP training vs BERT (SDPA), bf16 {mode}, paired", times(row["vs_bert_sdpa"]), "1.20x"],
+                [f"gMLP training vs ModernBERT (SDPA), bf16 {mode}, paired", times(row["vs_modernbert_sdpa"]), "–"],
+                [f"gMLP training MFU, bf16 {mode} (measured peak)", percent(row["mfu_vs_measured_bf16_peak"]), "40%"],
+            ]
+    if eager and compiled:
+        ratio = compiled["tokens_per_second"] / eager["tokens_per_second"]
         rows.append(["gMLP training, compiled vs eager, bf16 (ratio of medians)", times(ratio), "1.20x"])
     return table(["target", "measured", "goal"], rows)
 
 
+def optional(value, format) -> str:
+    return "–" if value is None else format(value)
+
+
 def render(result: dict) -> dict[str, list[str]]:
-    models = result["models"]
     described = ", ".join(
-        f"{name} {m['parameters'] / 1e6:.1f}M ({m['layers']} layers, attention {m['attn_implementation']})"
-        for name, m in models.items()
+        f"{name} {m['parameters'] / 1e6:.1f}M ({m['layers']} layers, FFN {m['intermediate_size']}, attention "
+        f"{m['attn_implementation']})"
+        for name, m in result["models"].items()
     )
+    datasheet = optional(result.get("datasheet_peak_tflops_bf16"), lambda tflops: f"{tflops:.0f}")
     parts = {
         "targets": [
             (
-                f"### GPU, size {result['size']}, n = {result['length']}: bf16 matmul peak measured "
-                f"{result['matmul_peak_tflops_bf16']:.0f} TFLOP/s; {described}"
+                f"### GPU {result['device']}, size {result['size']}, n = {result['length']}: bf16 matmul peak measured "
+                f"{result['matmul_peak_tflops_bf16']:.0f} TFLOP/s (datasheet {datasheet}); {described}"
             ),
             "",
             *targets(result),
@@ -257,29 +468,39 @@ def render(result: dict) -> dict[str, list[str]]:
                 row["batch"],
                 f"{row['tokens_per_second']:.0f}",
                 times(row["vs_bert_sdpa"]),
-                percent(row["mfu_vs_bf16_peak"]),
-                f"{row['peak_step_gib']:.1f}",
+                times(row["vs_modernbert_sdpa"]),
+                percent(row["mfu_vs_measured_bf16_peak"]),
+                optional(row["mfu_vs_datasheet_bf16_peak"], percent),
+                optional(row["peak_step_gib"], lambda gib: f"{gib:.1f}"),
                 f"{row['first_call_seconds']:.1f}",
+                row["graphs_compiled"],
             ]
             for name, row in result.get(mode, {}).items()
         ]
-        headers = ["model", "precision", "mode", "batch", "tokens/s", "vs BERT (SDPA), paired", "MFU (bf16 peak)"]
-        parts[mode] = [f"{mode.capitalize()}:", "", *table([*headers, "peak step GiB", "first call (s)"], body)]
+        headers = ["model", "precision", "mode", "batch", "tokens/s", "vs BERT (SDPA), paired"]
+        headers += ["vs ModernBERT (SDPA), paired", "MFU (measured peak)", "MFU (datasheet peak)", "peak step GiB"]
+        parts[mode] = [f"{mode.capitalize()}:", "", *table([*headers, "first call (s)", "graphs compiled"], body)]
     if "profile" in result:
         body = [
             [
                 name,
                 f"{row['ms_total']:.0f}",
                 percent(row["matmul_share"]),
+                percent(row["compiled_kernels_share"]),
                 times(row["amdahl_bound"]),
                 "; ".join(f"{key[:60]} {ms:.1f}" for key, ms in list(row["top_ms"].items())[:5]),
             ]
             for name, row in result["profile"].items()
         ]
-        headers = ["training step", "kernel time, 2 steps (ms)", "matmul kernels", "bound on any fusion"]
-        parts["profile"] = ["By CUDA kernel (torch.profiler):", "", *table([*headers, "largest kernels (ms)"], body)]
+        headers = ["training step", "kernel time, 2 steps (ms)", "matmul kernels", "inductor's kernels"]
+        headers += ["bound on any fusion", "largest kernels (ms)"]
+        parts["profile"] = ["By CUDA kernel (torch.profiler):", "", *table(headers, body)]
     if "fft" in result:
         parts["fft"] = [line for lines in render_scaling(result["fft"]).values() for line in lines]
+    notes = []
     if result["not_run"]:
-        parts["not_run"] = [f"Not run before the deadline: {', '.join(result['not_run'])}.", ""]
+        notes.append(f"Not run before the deadline: {', '.join(result['not_run'])}.")
+    notes += [f"Failed: {part}: {error}" for part, error in result["errors"].items()]
+    if notes:
+        parts["not_run"] = [*notes, ""]
     return parts

@@ -1,13 +1,13 @@
-"""The speed benchmark's models (gMLP, aMLP, BERT and GPT-2 at equal parameter count), their FLOP counts and the
-step functions the sections time."""
+"""The speed benchmark's models (gMLP, aMLP, BERT, ModernBERT and GPT-2 at equal parameter count), their FLOP counts
+and the step functions the sections time."""
 
 import sys
 
 import torch
-from transformers import AutoModelForMaskedLM, BertForMaskedLM, BertModel
+from transformers import AutoModelForMaskedLM, BertForMaskedLM, BertModel, ModernBertConfig, ModernBertForMaskedLM
 
 from ..baseline import gmlp_at, label
-from ..common import bert_config, fit_affine, parameters_of
+from ..common import bert_config, fit_affine, parameters_of, with_matched_width
 
 # The CPU tables' model: a 15M-parameter gMLP with the paper's Toeplitz W, as for g-mlp-pytorch.
 SMALL = {
@@ -52,6 +52,27 @@ def matched_bert_config(shape: dict = SMALL, length: int | None = None, layers: 
     return config
 
 
+def modernbert_config(like: dict, target_parameters: int, head_size: int = 64) -> ModernBertConfig:
+    """`ModernBertForMaskedLM`'s config with the vocabulary, width, depth and length of the model `like` (gMLP's config
+    fields), heads of `head_size`, global attention in every layer, its own defaults otherwise (GeGLU, rotary
+    positions, no biases, dropout 0) and the GeGLU width that matches `target_parameters`."""
+    fields = {
+        "vocab_size": like["vocab_size"],
+        "hidden_size": like["hidden_size"],
+        "num_hidden_layers": like["num_hidden_layers"],
+        "num_attention_heads": like["hidden_size"] // head_size,
+        "max_position_embeddings": like["max_position_embeddings"],
+        "layer_types": ["full_attention"] * like["num_hidden_layers"],
+        # Its defaults name ids of its own 50k vocabulary.
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "cls_token_id": 1,
+        "sep_token_id": 2,
+    }
+    return with_matched_width(ModernBertForMaskedLM, ModernBertConfig, fields, "intermediate_size", target_parameters)
+
+
 def g_mlp_pytorch_model(length: int):
     """lucidrains' gMLP configured like ours: bidirectional (causal=False), a full n x n W (circulant_matrix=False:
     its "circulant" option is a position-scaled, lower-triangular matrix, not the paper's Toeplitz W), d_ffn =
@@ -88,6 +109,32 @@ def sparse_bert_loss(model: BertForMaskedLM, input_ids, labels):
     labelled = labels != -100
     logits = model.cls(hidden[labelled])
     return torch.nn.functional.cross_entropy(logits, labels[labelled])
+
+
+def labelled_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The flat indices of the labelled positions of `labels` and their targets, found once per batch: indexing by
+    them in the step needs no host sync, where a boolean mask waits for the GPU to count the positions."""
+    flat = labels.flatten()
+    index = flat.ne(-100).nonzero().squeeze(1)
+    return index, flat[index]
+
+
+def mlm_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """The vocabulary logits of a masked-LM model's head (gMLP's, BERT's or ModernBERT's) for hidden states."""
+    if hasattr(model, "lm_head"):
+        return model.lm_head(hidden)
+    if hasattr(model, "cls"):
+        return model.cls(hidden)
+    return model.decoder(model.head(hidden))
+
+
+def labelled_loss(model, input_ids: torch.Tensor, index: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The MLM loss with logits at the labelled positions only (`labelled_positions`), the same for every model:
+    the encoder, its hidden states at those positions, the model's head, cross-entropy in fp32 (Transformers'
+    masked-LM loss)."""
+    hidden = model.base_model(input_ids=input_ids).last_hidden_state
+    logits = mlm_logits(model, hidden.flatten(0, 1).index_select(0, index))
+    return torch.nn.functional.cross_entropy(logits.float(), targets)
 
 
 def g_mlp_pytorch_loss(model, input_ids, labels):
@@ -181,12 +228,13 @@ FLOP_FORMULAS = {
     "gmlp layer": "2 T d f (U) + 2 T (f/2) d (V) + 2 T n (f/2) (spatial W, direct product)",
     "amlp tiny attention": "2 T d 3a (Q, K, V) + 4 T n a (scores, weighted sum) + 2 T a (f/2) (output)",
     "bert layer": "8 T d^2 (Q, K, V, O) + 4 T n d (scores, weighted sum) + 4 T d f_bert (FFN)",
+    "modernbert layer": "8 T d^2 (Q, K, V, O) + 4 T n d (scores, weighted sum) + 6 T d f (GeGLU: 2f wide in, f out)",
     "mlm head": "2 P d^2 (transform; none in g-mlp-pytorch) + 2 P d vocab",
 }
 
 
 def forward_flops(config, tokens: int, length: int, predicted: int | None = None, head_transform: bool = True) -> int:
-    """Matmul FLOPs of a forward pass (FLOP_FORMULAS) of a gMLP / aMLP or BERT config over `tokens` tokens of
+    """Matmul FLOPs of a forward pass (FLOP_FORMULAS) of a gMLP / aMLP, BERT or ModernBERT config over `tokens` tokens of
     sequences of `length`: the encoder, and the MLM head over `predicted` positions unless that is None."""
     d = config.hidden_size
     if hasattr(config, "tiny_attention_size"):
@@ -194,7 +242,8 @@ def forward_flops(config, tokens: int, length: int, predicted: int | None = None
         layer = 2 * tokens * d * f + 2 * tokens * gate * d + 2 * tokens * length * gate
         layer += 6 * tokens * d * a + 4 * tokens * length * a + 2 * tokens * a * gate
     else:
-        layer = 8 * tokens * d * d + 4 * tokens * length * d + 4 * tokens * d * config.intermediate_size
+        ffn = 6 if config.model_type == "modernbert" else 4
+        layer = 8 * tokens * d * d + 4 * tokens * length * d + ffn * tokens * d * config.intermediate_size
     flops = config.num_hidden_layers * layer
     if predicted is not None:
         flops += (2 * predicted * d * d if head_transform else 0) + 2 * predicted * d * config.vocab_size

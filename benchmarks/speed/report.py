@@ -11,7 +11,19 @@ import re
 from pathlib import Path
 
 from ..common import RESULTS_DIR, ROOT
-from . import generation, gpu, inference, memory, precision, profile, saved, scaling, training
+from . import (
+    fft_choice,
+    generation,
+    gpu,
+    inference,
+    memory,
+    padding_free,
+    precision,
+    profile,
+    saved,
+    scaling,
+    training,
+)
 
 # Each section: a module with measure(args) -> dict and render(result) -> {table name: markdown lines}, in the
 # order of the reports.
@@ -24,6 +36,8 @@ SECTIONS = {
     "memory": memory,
     "saved": saved,
     "scaling": scaling,
+    "fft_choice": fft_choice,
+    "padding_free": padding_free,
     "gpu": gpu,
 }
 DOCS = (ROOT / "docs" / "benchmarks.md", ROOT / "README.md")

@@ -27,6 +27,36 @@ def spatial_projection(length: int, shape: dict, **overrides) -> torch.nn.Module
     return model.get_submodule("encoder.layer.0.sgu.spatial_proj")
 
 
+def toeplitz_matrix(weight: torch.Tensor, length: int) -> torch.Tensor:
+    """The (length x length) Toeplitz matrices W[i, j] = w[i - j + length - 1] of `weight` (heads, 2 length - 1) as
+    views and one flip, not by indexing: the backward pass accumulates without sorting L^2 indices."""
+    return weight.unfold(-1, length, 1).flip(-1)
+
+
+def plain_spatial_steps(module: torch.nn.Module, gate: torch.Tensor, precision: str, device) -> dict:
+    """The spatial projection of `module` (Toeplitz, at n = the gate's length) as the model computes it (its FFT for
+    these lengths) against plain products with a materialised W: a dense (n x n) W per head, and the Toeplitz W
+    built from its 2n - 1 weights by `toeplitz_matrix`. The model reads W at each position by advanced indexing (what
+    cached decoding and padding need); these baselines skip that, as a dense model for tokens in order would."""
+    length = gate.shape[1]
+    dense = torch.nn.Parameter(torch.empty(module.num_heads, length, length, device=device).uniform_(-1, 1) / length)
+
+    def plain(matrix: torch.Tensor) -> torch.Tensor:
+        heads = gate.unflatten(-1, (module.num_heads, -1)).transpose(1, 2)
+        mixed = torch.matmul(matrix.to(heads.dtype), heads) + module.bias[:, :length, None].to(heads.dtype)
+        return mixed.transpose(1, 2).flatten(2)
+
+    products = {
+        "dense W": lambda: plain(dense),
+        "Toeplitz direct": lambda: plain(toeplitz_matrix(module.weight, length)),
+        "Toeplitz FFT": lambda: module(gate),
+    }
+    return {
+        name: in_precision(lambda product=product: product().sum().backward(), precision, device)
+        for name, product in products.items()
+    }
+
+
 def measure_lengths(
     lengths,
     tokens: int,
@@ -37,19 +67,27 @@ def measure_lengths(
     device="cpu",
     precision: str = "fp32",
     baseline: str | None = None,
+    plain_products: bool = False,
 ) -> dict:
     """The scaling table: for each length, batch = tokens // length; the spatial projection (gate of d_ffn / 2
     channels) alone, then the encoders of `layers` blocks, each interleaved (with `baseline`, also gMLP's default
-    path and aMLP at that git revision)."""
+    path and aMLP at that git revision). The spatial projection alone runs on the model's three paths, or with
+    `plain_products` the model's FFT against plain products (`plain_spatial_steps`)."""
     results = {"tokens_per_step": tokens, "encoder_layers": layers, "precision": precision, "lengths": {}}
+    results["spatial_baselines"] = "plain products" if plain_products else "the model's paths"
     for length in lengths:
         batch = max(1, tokens // length)
         gate = torch.randn(batch, length, shape["intermediate_size"] // 2, device=device, requires_grad=True)
-        steps = {}
-        for name, overrides in SPATIAL_PATHS.items():
-            module = spatial_projection(length, shape, **overrides).to(device)
-            steps[name] = in_precision(lambda m=module, gate=gate: m(gate).sum().backward(), precision, device)
+        if plain_products:
+            module = spatial_projection(length, shape, **SPATIAL_PATHS["Toeplitz FFT"]).to(device)
+            steps = plain_spatial_steps(module, gate, precision, device)
+        else:
+            steps = {}
+            for name, overrides in SPATIAL_PATHS.items():
+                module = spatial_projection(length, shape, **overrides).to(device)
+                steps[name] = in_precision(lambda m=module, gate=gate: m(gate).sum().backward(), precision, device)
         spatial = interleaved(steps, rounds, warmup=1, device=device)
+        del steps, module  # a materialised W (1 GiB at 16,384 tokens) and its gradient, before the encoders
         encoders = {
             f"gmlp {name}": encoder("gmlp", length, layers, shape=shape, **o) for name, o in SPATIAL_PATHS.items()
         }
@@ -113,11 +151,14 @@ def render(s: dict) -> dict[str, list[str]]:
         for length, row in s["lengths"].items()
     ]
     headers = {"BERT": "BERT (sdpa, attention dropout 0)"}
+    baselines = ""
+    if s.get("spatial_baselines") == "plain products":
+        baselines = "; dense W and Toeplitz direct as plain products with a materialised W"
     return {
         "spatial": [
             f"### Sequence-length scaling, {s['tokens_per_step']} tokens per step (forward + backward)",
             "",
-            "Spatial projection alone (gate of d_ffn / 2 channels), ms per step:",
+            f"Spatial projection alone (gate of d_ffn / 2 channels{baselines}), ms per step:",
             "",
             *table(["length", "batch", *SPATIAL_PATHS, "FFT vs dense", "FFT vs direct"], spatial),
         ],

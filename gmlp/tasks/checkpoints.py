@@ -67,10 +67,18 @@ def prepare_output_dir(training_args: TrainingArguments, loads: list[str] = ()) 
         )
 
 
+def sharded_state(folder: Path, prefix: str) -> Path | None:
+    """The `torch.distributed.checkpoint` folder `prefix`_N in `folder` that FSDP's sharded saving writes (the
+    Trainer's `pytorch_model_fsdp_0`, `optimizer_0`), if it is complete (its `.metadata` is written last)."""
+    return next((path for path in sorted(folder.glob(f"{prefix}_*")) if (path / ".metadata").is_file()), None)
+
+
 def weights_problem(folder: Path) -> str | None:
     """Why the model weights in `folder` cannot be read (missing, truncated or corrupt), or None."""
     names = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "adapter_model.safetensors")
     present = [folder / name for name in names if (folder / name).is_file()]
+    if not present and sharded_state(folder, "pytorch_model_fsdp") is not None:
+        return None  # FSDP's sharded weights: torch.distributed.checkpoint reads them when resuming
     if not present:
         return "it has no model weights (model.safetensors or pytorch_model.bin)"
     for path in [path for path in present if path.suffix == ".safetensors"]:
@@ -86,7 +94,10 @@ def checkpoint_problem(folder: Path) -> str | None:
     """Why the Trainer checkpoint `folder` cannot be resumed from (a file missing, unreadable, cut short), or None."""
     if problem := weights_problem(folder):
         return problem
-    for path in (folder / "trainer_state.json", folder / "optimizer.pt", folder / "scheduler.pt"):
+    needed = [folder / "trainer_state.json", folder / "scheduler.pt"]
+    if sharded_state(folder, "optimizer") is None:  # FSDP's sharded optimizer state, else optimizer.pt
+        needed.append(folder / "optimizer.pt")
+    for path in needed:
         if not path.is_file() or path.stat().st_size == 0:
             return f"{path} is missing or empty"
         # torch.save writes zip archives; a file cut short lacks the archive's closing directory.
