@@ -156,12 +156,11 @@ class GMLPSpatialProjection(nn.Module):
     def weight_at(self, positions: TokenPositions) -> torch.Tensor:
         """W[query positions, key positions] for every head: (1 or batch, heads, queries, keys)."""
         weight = self.applied_weight()
-        if positions.in_order and positions.query.shape[0] == 1:
-            # Tokens at 0..L-1: W's leading block, sliced (Toeplitz: its diagonals unfolded) rather than gathered by
-            # index, whose backward pass sorts L^2 indices.
+        if not self.is_toeplitz and positions.in_order and positions.query.shape[0] == 1:
+            # Tokens at 0..L-1: a dense W's leading block, sliced rather than gathered by index (whose backward pass
+            # sorts L^2 indices). A Toeplitz W is gathered: unfolding its diagonals would fix the length of a
+            # compiled or exported graph.
             length = positions.query.shape[1]
-            if self.is_toeplitz:
-                return weight[:, self.n - length : self.n + length - 1].unfold(-1, length, 1).flip(-1)[None]
             return weight[:, :length, :length][None]
         if self.is_toeplitz:
             weight = weight[:, positions.offsets() + self.n - 1]
