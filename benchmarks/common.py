@@ -15,7 +15,14 @@ from pathlib import Path
 
 import torch
 from tabulate import tabulate
-from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    GPT2Config,
+    GPT2LMHeadModel,
+    ModernBertConfig,
+    ModernBertForMaskedLM,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -55,6 +62,23 @@ def bert_config(like: dict, target_parameters: int | None = None, head_size: int
         **overrides,
     }
     return with_matched_width(BertForMaskedLM, BertConfig, fields, "intermediate_size", target_parameters)
+
+
+def modernbert_config(like: dict, target_parameters: int, head_size: int = 64, **overrides) -> ModernBertConfig:
+    """Stock `ModernBertForMaskedLM`'s config with the vocabulary, width, depth and length of the model `like` (gMLP's
+    config fields), heads of `head_size`, global (full) attention in every layer, its own defaults otherwise (GeGLU,
+    rotary positions, pre-LayerNorm, no biases, dropout 0), and the GeGLU width that matches `target_parameters`.
+    `overrides` name the special tokens' ids (its defaults are those of its own 50k vocabulary)."""
+    fields = {
+        "vocab_size": like["vocab_size"],
+        "hidden_size": like["hidden_size"],
+        "num_hidden_layers": like["num_hidden_layers"],
+        "num_attention_heads": like["hidden_size"] // head_size,
+        "max_position_embeddings": like["max_position_embeddings"],
+        "layer_types": ["full_attention"] * like["num_hidden_layers"],
+        **overrides,
+    }
+    return with_matched_width(ModernBertForMaskedLM, ModernBertConfig, fields, "intermediate_size", target_parameters)
 
 
 def gpt2_config(like: dict, target_parameters: int, head_size: int = 64, **overrides) -> GPT2Config:

@@ -11,7 +11,7 @@ from transformers import (
 
 from gmlp import GMLPConfig, GMLPForMaskedLM
 
-from ..common import bert_config, fit_affine, parameters_of, with_matched_width
+from ..common import bert_config, fit_affine, modernbert_config, parameters_of, with_matched_width
 
 # gmlp-tiny: 8 blocks, d_model 128, d_ffn 768, n 128, an 8,192-token WordPiece vocabulary trained on the data.
 GMLP_TINY = {
@@ -48,24 +48,6 @@ def masked_lm(config):
 def config_parameters(config) -> int:
     """The parameter count of `config`'s masked-LM model (tied weights once)."""
     return parameters_of(lambda: masked_lm(config))
-
-
-def modernbert_config(like: dict, target_parameters: int, head_size: int = 64, **overrides) -> ModernBertConfig:
-    """Stock `ModernBertForMaskedLM`'s config with the vocabulary, width, depth and length of the model `like`, heads
-    of `head_size`, global (full) attention in every layer (n is below its 128-token local window anyway), its own
-    defaults otherwise (GeGLU, rotary positions, pre-LayerNorm, no biases, dropout 0), and the GeGLU width that matches
-    `target_parameters`."""
-    fields = {
-        "vocab_size": like["vocab_size"],
-        "hidden_size": like["hidden_size"],
-        "num_hidden_layers": like["num_hidden_layers"],
-        "num_attention_heads": like["hidden_size"] // head_size,
-        "max_position_embeddings": like["max_position_embeddings"],
-        "layer_types": ["full_attention"] * like["num_hidden_layers"],
-        **SPECIAL_TOKEN_IDS,
-        **overrides,
-    }
-    return with_matched_width(ModernBertForMaskedLM, ModernBertConfig, fields, "intermediate_size", target_parameters)
 
 
 def deberta_config(like: dict, target_parameters: int, head_size: int = 64) -> DebertaV2Config:
@@ -125,7 +107,7 @@ def model_configs() -> dict:
     target = config_parameters(gmlp)
     configs = {
         "bert": bert_config(GMLP_TINY, target),
-        "modernbert": modernbert_config(GMLP_TINY, target),
+        "modernbert": modernbert_config(GMLP_TINY, target, **SPECIAL_TOKEN_IDS),
         "gmlp": gmlp,
         "amlp": amlp,
     }

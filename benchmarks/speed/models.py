@@ -4,10 +4,11 @@ and the step functions the sections time."""
 import sys
 
 import torch
-from transformers import AutoModelForMaskedLM, BertForMaskedLM, BertModel, ModernBertConfig, ModernBertForMaskedLM
+from transformers import AutoModelForMaskedLM, BertForMaskedLM, BertModel, ModernBertConfig
 
 from ..baseline import gmlp_at, label
-from ..common import bert_config, fit_affine, parameters_of, with_matched_width
+from ..common import bert_config, fit_affine, parameters_of
+from ..common import modernbert_config as common_modernbert_config
 
 # The CPU tables' model: a 15M-parameter gMLP with the paper's Toeplitz W, as for g-mlp-pytorch.
 SMALL = {
@@ -52,25 +53,13 @@ def matched_bert_config(shape: dict = SMALL, length: int | None = None, layers: 
     return config
 
 
+# The speed benchmarks' token ids (random inputs; ModernBERT's defaults name ids of its own 50k vocabulary).
+MODERNBERT_TOKEN_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "cls_token_id": 1, "sep_token_id": 2}
+
+
 def modernbert_config(like: dict, target_parameters: int, head_size: int = 64) -> ModernBertConfig:
-    """`ModernBertForMaskedLM`'s config with the vocabulary, width, depth and length of the model `like` (gMLP's config
-    fields), heads of `head_size`, global attention in every layer, its own defaults otherwise (GeGLU, rotary
-    positions, no biases, dropout 0) and the GeGLU width that matches `target_parameters`."""
-    fields = {
-        "vocab_size": like["vocab_size"],
-        "hidden_size": like["hidden_size"],
-        "num_hidden_layers": like["num_hidden_layers"],
-        "num_attention_heads": like["hidden_size"] // head_size,
-        "max_position_embeddings": like["max_position_embeddings"],
-        "layer_types": ["full_attention"] * like["num_hidden_layers"],
-        # Its defaults name ids of its own 50k vocabulary.
-        "pad_token_id": 0,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "cls_token_id": 1,
-        "sep_token_id": 2,
-    }
-    return with_matched_width(ModernBertForMaskedLM, ModernBertConfig, fields, "intermediate_size", target_parameters)
+    """`benchmarks.common.modernbert_config` with the speed benchmarks' token ids."""
+    return common_modernbert_config(like, target_parameters, head_size, **MODERNBERT_TOKEN_IDS)
 
 
 def g_mlp_pytorch_model(length: int):
