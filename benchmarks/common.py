@@ -50,17 +50,22 @@ def fit_affine(count: Callable[[int], int], target: int, low: int, high: int) ->
     return round(low + (target - at_low) * (high - low) / (at_high - at_low))
 
 
-def bert_config(like: dict, target_parameters: int | None = None, head_size: int = 64, **overrides) -> BertConfig:
-    """`BertForMaskedLM`'s config with the vocabulary, width, depth and length of the model `like` (gMLP's config
-    fields) and heads of `head_size`; its FFN width matches `target_parameters` unless `intermediate_size` is given."""
-    fields = {
+def transformer_shape(like: dict, head_size: int = 64) -> dict:
+    """A BERT-style transformer config's fields for the vocabulary, width, depth and length of the model `like`
+    (gMLP's config fields), with heads of `head_size`."""
+    return {
         "vocab_size": like["vocab_size"],
         "hidden_size": like["hidden_size"],
         "num_hidden_layers": like["num_hidden_layers"],
         "num_attention_heads": like["hidden_size"] // head_size,
         "max_position_embeddings": like["max_position_embeddings"],
-        **overrides,
     }
+
+
+def bert_config(like: dict, target_parameters: int | None = None, head_size: int = 64, **overrides) -> BertConfig:
+    """`BertForMaskedLM`'s config with the vocabulary, width, depth and length of the model `like` (gMLP's config
+    fields) and heads of `head_size`; its FFN width matches `target_parameters` unless `intermediate_size` is given."""
+    fields = {**transformer_shape(like, head_size), **overrides}
     return with_matched_width(BertForMaskedLM, BertConfig, fields, "intermediate_size", target_parameters)
 
 
@@ -70,11 +75,7 @@ def modernbert_config(like: dict, target_parameters: int, head_size: int = 64, *
     rotary positions, pre-LayerNorm, no biases, dropout 0), and the GeGLU width that matches `target_parameters`.
     `overrides` name the special tokens' ids (its defaults are those of its own 50k vocabulary)."""
     fields = {
-        "vocab_size": like["vocab_size"],
-        "hidden_size": like["hidden_size"],
-        "num_hidden_layers": like["num_hidden_layers"],
-        "num_attention_heads": like["hidden_size"] // head_size,
-        "max_position_embeddings": like["max_position_embeddings"],
+        **transformer_shape(like, head_size),
         "layer_types": ["full_attention"] * like["num_hidden_layers"],
         **overrides,
     }

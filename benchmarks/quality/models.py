@@ -11,7 +11,14 @@ from transformers import (
 
 from gmlp import GMLPConfig, GMLPForMaskedLM
 
-from ..common import bert_config, fit_affine, modernbert_config, parameters_of, with_matched_width
+from ..common import (
+    bert_config,
+    fit_affine,
+    modernbert_config,
+    parameters_of,
+    transformer_shape,
+    with_matched_width,
+)
 
 # gmlp-tiny: 8 blocks, d_model 128, d_ffn 768, n 128, an 8,192-token WordPiece vocabulary trained on the data.
 GMLP_TINY = {
@@ -55,11 +62,7 @@ def deberta_config(like: dict, target_parameters: int, head_size: int = 64) -> D
     attention (content-to-position and position-to-content, 64 log buckets) and no absolute positions, as DeBERTa-v2
     has them, and the FFN width that matches `target_parameters`. Its attention is eager only."""
     fields = {
-        "vocab_size": like["vocab_size"],
-        "hidden_size": like["hidden_size"],
-        "num_hidden_layers": like["num_hidden_layers"],
-        "num_attention_heads": like["hidden_size"] // head_size,
-        "max_position_embeddings": like["max_position_embeddings"],
+        **transformer_shape(like, head_size),
         "relative_attention": True,
         "position_buckets": 64,
         "pos_att_type": ["p2c", "c2p"],
