@@ -20,8 +20,8 @@ from helpers import seeded
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, default_data_collator, testing_utils
 
 from gmlp import GMLPForImageClassification, GMLPForMaskedLM, GMLPForSequenceClassification
+from gmlp.tasks.collators import CheckedCollator
 from gmlp.tasks.mlm import MaskedLMCollator
-from gmlp.tasks.training import CheckedCollator
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

@@ -199,7 +199,7 @@ def test_torch_compile_pads_every_example_to_one_length(script, tmp_path, caplog
     from gmlp.tasks import run_glue as glue_script
     from gmlp.tasks import run_mlm as mlm_script
     from gmlp.tasks import run_squad as squad_script
-    from gmlp.tasks.training import parse_arguments
+    from gmlp.tasks.arguments import parse_arguments
 
     module = {"run_glue": glue_script, "run_squad": squad_script, "run_mlm": mlm_script}[script]
     dataclasses = (module.ModelArguments, module.DataTrainingArguments, TrainingArguments)

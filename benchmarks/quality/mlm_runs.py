@@ -6,7 +6,7 @@ import math
 import shutil
 from pathlib import Path
 
-from gmlp.tasks.training import checkpoint_folders, checkpoint_problem
+from gmlp.tasks.checkpoints import checkpoint_folders, checkpoint_problem
 
 from .context import PRIORITY, TRAIN_FILE, Context
 from .models import DROPOUT_VARIANTS

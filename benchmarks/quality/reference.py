@@ -10,8 +10,8 @@ import tempfile
 import numpy as np
 from transformers import AutoTokenizer, TrainingArguments
 
+from gmlp.tasks.data import load_data_files, take_split
 from gmlp.tasks.mlm import MaskedLMCollator, tokenize_for_mlm, with_fixed_mask
-from gmlp.tasks.training import load_data_files, take_split
 
 from ..common import markdown_table
 from .context import TRAIN_FILE, Context

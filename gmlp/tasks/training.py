@@ -6,24 +6,7 @@ tokenizer, model), `data`, `labels`, `collators`, `evaluation` (the metrics duri
 
 from pathlib import Path
 
-from .arguments import parse_arguments
-from .checkpoints import RunSettings, checkpoint_folders, checkpoint_problem, disk_full_explained, resolve_checkpoint
-from .collators import CheckedCollator
-from .data import load_data_files, take_split
-
-# With this module's own functions, the names that code outside the package imports from here, written before the
-# split (benchmarks/quality, tests/test_devices.py, tests/test_ecosystem.py); new code imports them from their modules.
-__all__ = [
-    "CheckedCollator",
-    "checkpoint_folders",
-    "checkpoint_problem",
-    "load_data_files",
-    "parse_arguments",
-    "record_metrics",
-    "take_split",
-    "train_and_save",
-    "write_predictions",
-]
+from .checkpoints import RunSettings, disk_full_explained, resolve_checkpoint
 
 
 def train_and_save(trainer, num_train_samples: int | None, arguments) -> None:
