@@ -87,6 +87,18 @@ def test_the_pages_show_the_search_until_every_model_has_its_final_runs():
     assert rows == [*MODELS, "unigram"]
 
 
+def test_the_equal_time_budget_is_the_fastest_models_whole_run_however_its_step_time_rounds():
+    # 2000 x 0.6822230865001984 / 0.6822230865001984 is 2000.0000000000002 in floating point: past the last evaluation.
+    results = partial_results(list(MODELS))
+    for name, seconds in zip(MODELS, (0.93, 0.86, 0.6822230865001984, 0.72)):
+        results["step_time"]["models"][name]["train_step_seconds"] = seconds
+        results["pretrain"][name].update(max_steps=2000, curves=[[(200, 300.0), (2000, 100.0)]])
+    derived = pretrain.derive(results)
+    assert derived["models"]["gmlp"]["equal_time_steps"] == 2000
+    assert derived["models"]["gmlp"]["equal_time_perplexities"] == [pytest.approx(100.0)]
+    assert derived["models"]["bert"]["equal_time_steps"] == pytest.approx(2000 * 0.6822230865001984 / 0.93)
+
+
 def test_the_runtime_table_counts_each_run_under_its_part(tmp_path):
     """The SGU part's split variant at gMLP's shape is gMLP's own run name; its length puts it with the SGU runs."""
     args = parse_args(["--report_only", "--work_dir", str(tmp_path)])

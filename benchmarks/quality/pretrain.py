@@ -69,7 +69,7 @@ def derive(results: dict) -> dict:
     for name, row in results["pretrain"].items():
         if name not in times:
             continue
-        steps = budget / times[name]
+        steps = min(budget / times[name], row["max_steps"])  # the budget's own model: its full run, unrounded
         derived[name]["equal_time_steps"] = steps
         derived[name]["equal_time_perplexities"] = [at_step(curve, steps) for curve in row["curves"]]
     return {"equal_time_budget_seconds": budget, "models": derived}
