@@ -61,10 +61,10 @@ def derive(results: dict) -> dict:
         }
         for name, row in results["pretrain"].items()
     }
-    if "step_time" not in results:
-        return {"models": derived}
-    measured = results["step_time"]["models"]
+    measured = results.get("step_time", {}).get("models", {})
     times = {name: measured[name]["train_step_seconds"] for name in results["pretrain"] if name in measured}
+    if not times:
+        return {"models": derived}
     budget = min(results["pretrain"][name]["max_steps"] * seconds for name, seconds in times.items())
     for name, row in results["pretrain"].items():
         if name not in times:
