@@ -93,6 +93,19 @@ def test_the_pages_show_the_search_until_a_model_has_its_final_runs_then_the_sum
     assert summary_rows(full) == [*MODELS, "unigram"] and "under way" not in full
 
 
+def test_the_summary_gives_a_task_the_probe_adopted_in_place_of_the_recipe_and_names_it():
+    results = partial_results(["modernbert"])
+    results["finetune"] = {
+        "tasks": {
+            "sst2": {"modernbert": {"accuracy": [0.80, 0.78]}},
+            "mnli": {"modernbert": {"accuracy": [0.36, 0.38]}, "modernbert, mean pooling": {"accuracy": [0.41, 0.43]}},
+        }
+    }
+    row = next(line for line in report.summary(results).splitlines() if line.startswith("| modernbert"))
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert cells[-3:] == ["79.0 ± 1.4 (n=2)", "42.0 ± 1.4 (n=2), mean pooling", "not run yet"]
+
+
 def test_the_equal_time_budget_is_the_fastest_models_whole_run_however_its_step_time_rounds():
     # 2000 x 0.6822230865001984 / 0.6822230865001984 is 2000.0000000000002 in floating point: past the last evaluation.
     results = partial_results(list(MODELS))

@@ -41,8 +41,7 @@ def summary(results: dict) -> str:
             ),
         }
         for task, label, key, scale in SUMMARY_TASKS:
-            found = [figures for row_name, figures in tasks.get(task, {}).items() if row_name.split(",")[0] == name]
-            cells[label] = mean_std(found[0][key], scale) if found else "not run yet"
+            cells[label] = task_cell(tasks.get(task, {}), name, key, scale)
         rows.append(cells)
     unigram = f"{floor['valid']['perplexity']:.1f}"
     rows.append(
@@ -53,6 +52,17 @@ def summary(results: dict) -> str:
     if searching:
         table += f"\n\nNot in the table yet (recipe search or final runs under way): {', '.join(searching)}."
     return table
+
+
+def task_cell(rows: dict, name: str, key: str, scale: float) -> str:
+    """The model's figure on a task: its recipe's row, or the probe adopted in its place (the rows after the recipe's
+    are adopted probes, run at every seed because they beat it), named."""
+    found = [(row_name, figures) for row_name, figures in rows.items() if row_name.split(",")[0] == name]
+    if not found:
+        return "not run yet"
+    row_name, figures = found[-1]
+    adopted = f", {row_name.split(', ', 1)[1]}" if len(found) > 1 else ""
+    return mean_std(figures[key], scale) + adopted
 
 
 SUMMARY_TASKS = (
