@@ -124,6 +124,33 @@ def test_stage_b_and_c_commands(tmp_path, monkeypatch):
     assert "--no-gpu-compile" in no_compiler and "--no-gpu-compile" not in b
 
 
+def test_stage_a_runs_the_parts_asked_for_within_the_budget_asked_for(tmp_path, monkeypatch):
+    """A window that ran the fp32 tests and stage B runs the rest of A next time: `--parts` leaves the others out
+    (no pytest command), the tokenizer is made for the first script part, and `--budget` scales every part but the
+    preflight (which on an H200 needed 15-40 s)."""
+    commands = []
+
+    def run(self, part, argv, env, seconds=None):
+        commands.append((part, argv))
+        self.record["parts"].setdefault(part, {"runs": []})
+        return {"returncode": 1}
+
+    monkeypatch.setattr(gpu_run.Stage, "run", run)
+    args = gpu_run.parse_args(["A", "--out", str(tmp_path), "--work", str(tmp_path / "work"), "--size", "tiny"])
+    args.parts = ["fsdp", "mlm"]
+    budgets = gpu_run.stage_budgets(args)
+    assert list(budgets) == ["preflight", "fsdp", "mlm"]
+    gpu_run.stage_a(gpu_run.Stage("A", tmp_path, budgets), args, {}, {})
+    assert [part for part, _ in commands] == ["fsdp", "fsdp", "mlm"]  # the tokenizer, then the first FSDP run
+    assert "torch.distributed.run" in commands[1][1] and "run_mlm.py" in commands[2][1]
+
+    args.budget = 200.0
+    scaled = gpu_run.stage_budgets(args)
+    assert scaled["preflight"] == gpu_run.BUDGETS["A"]["preflight"] and sum(scaled.values()) == pytest.approx(200)
+    with pytest.raises(SystemExit, match="no part"):
+        gpu_run.stage_budgets(gpu_run.parse_args(["A", "--parts", "tests_fp32,glu"]))
+
+
 def test_the_run_uses_the_readme_fsdp_settings_and_existing_test_modules():
     readme = (ROOT / "README.md").read_text()
     assert json.loads(re.search(r"--fsdp --fsdp_config '(\{.*\})'", readme).group(1)) == json.loads(
@@ -179,6 +206,28 @@ def test_datasheet_peaks_by_device_name():
     assert gpu.datasheet_peak("NVIDIA H100 PCIe") == 756e12
     assert gpu.datasheet_peak("NVIDIA H200 NVL") == 835e12
     assert gpu.datasheet_peak("cpu") is None
+
+
+def test_ratios_are_of_tokens_per_second_when_the_batches_differ():
+    """Each model runs at its own largest batch: a model whose steps take twice as long at twice the batch is as fast
+    (on an H200 the step-time ratio reported gMLP at 0.55x BERT for 0.84x its tokens/s)."""
+    times = {"gmlp": [2.0, 2.2, 1.8], gpu.REFERENCE: [1.0, 1.1, 0.9]}
+    tokens = {"gmlp": 368 * 512, gpu.REFERENCE: 184 * 512}
+    assert gpu.throughput_ratio(times, tokens, "gmlp", gpu.REFERENCE) == pytest.approx(1.0)
+    tokens["gmlp"] = 92 * 512
+    assert gpu.throughput_ratio(times, tokens, "gmlp", gpu.REFERENCE) == pytest.approx(0.25)
+
+
+def test_the_batch_search_counts_what_the_allocator_caches_as_free(monkeypatch):
+    """The caching allocator keeps the previous model's blocks after its step; a search that reads the device's free
+    memory without releasing them finds a batch sized to the leftovers (an H200 gave aMLP 24 where fp32 gave 216)."""
+    gib = 2**30
+    device = {"total": 100 * gib, "cached": 90 * gib}  # the earlier model's step left 90 GiB in the cache
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda _: (device["total"] - device["cached"], device["total"]))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: device.update(cached=0))
+    monkeypatch.setattr(gpu, "step_peak_gib", lambda step, _: step())
+    found = gpu.largest_batch(lambda batch: lambda: 1.0 + batch * 0.25, lambda: None, torch.device("cuda"))
+    assert found["free_gib"] == 100 and found["batch"] == 352  # 90% of 100 GiB at a quarter GiB a sequence
 
 
 @pytest.fixture

@@ -5,9 +5,12 @@ inputs, and each test class runs every common test over its `all_model_classes`.
 config (`is_decoder=True`), so the encoder heads and the causal LM have separate classes, for gMLP and for aMLP
 (`tiny_attention_size > 0`, whose tiny attention gives `output_attentions` something to return).
 
-No common test is skipped here by hand: those that do not apply (attention backends such as sdpa/flash/flex, position
-embeddings, RoPE, key/value caches, experts, tensor parallelism, accelerators) skip themselves, each with its reason,
-from what the model declares (`has_attentions`, `_supports_sdpa`, no position embeddings, ...); `pytest -rs` lists them.
+The common tests that do not apply (attention backends such as sdpa/flash/flex, position embeddings, RoPE, key/value
+caches, experts, tensor parallelism, accelerators) skip themselves, each with its reason, from what the model declares
+(`has_attentions`, `_supports_sdpa`, no position embeddings, ...); `pytest -rs` lists them. One is skipped here by hand
+for gMLP without attention: `test_flex_attention_with_grads` (a GPU test) resizes the attention heads to 16 channels,
+which for gMLP's 0 heads sets `head_dim` (the tiny attention's size) and so turns the gMLP under test into an aMLP, then
+divides by its 0 heads (ZeroDivisionError on an H200); the aMLP classes run it.
 
 The tester only builds configs and inputs: each head's outputs are checked by value in tests/test_modeling.py, and
 the common tests run every class. They run on the selected device (conftest.py's --device), which Transformers'
@@ -189,6 +192,11 @@ class GMLPModelTest(ModelTesterMixin, unittest.TestCase):
     def test_config(self):
         self.config_tester.run_common_tests()
 
+    def test_flex_attention_with_grads(self):
+        if not self.has_attentions:
+            self.skipTest(reason="gMLP without tiny attention has no attention heads to run flex attention in")
+        ModelTesterMixin.test_flex_attention_with_grads(self)
+
 
 class AMLPModelTest(GMLPModelTest):
     """aMLP: gMLP with a single-head tiny attention in every gate.
@@ -215,6 +223,7 @@ class GMLPForCausalLMModelTest(ModelTesterMixin, GenerationTesterMixin, unittest
     has_attentions = GMLPModelTest.has_attentions
     setUp = GMLPModelTest.setUp
     test_config = GMLPModelTest.test_config
+    test_flex_attention_with_grads = GMLPModelTest.test_flex_attention_with_grads
 
 
 class AMLPForCausalLMModelTest(GMLPForCausalLMModelTest):

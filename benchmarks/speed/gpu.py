@@ -66,19 +66,20 @@ FFT_LENGTHS = {"base": (4096, 8192, 16384), "tiny": (256, 512)}
 REFERENCE, MODERN = "BERT (sdpa)", "ModernBERT (sdpa)"
 # Dense (no sparsity) bf16 tensor-core peaks of NVIDIA's datasheets, TFLOP/s, by the first name part that matches.
 DATASHEET_BF16_TFLOPS = {"H200 NVL": 835, "H200": 989, "H100 PCIe": 756, "H100 NVL": 835, "H100": 989, "A100": 312}
-# Part -> seconds it is expected to take at base size on an H100 (estimates until a GPU run measures them): the
-# deadline starts a part only while that much time is left.
+# Part -> seconds it is expected to take at base size: what each took on an H200 (part_seconds in
+# benchmarks/results/speed_gpu.json), with room for aMLP's and ModernBERT's bf16 batches, which that run's search cut
+# short, and fp32 compiled estimated; the deadline starts a part only while that much time is left.
 PARTS = {
     "batches-bf16": 20,
-    "training-bf16-eager": 20,
-    "inference-bf16-eager": 10,
-    "fft": 40,
-    "training-bf16-compiled": 90,
-    "inference-bf16-compiled": 45,
-    "profile-bf16": 30,
-    "training-fp32-eager": 40,
-    "inference-fp32-eager": 15,
-    "training-fp32-compiled": 80,
+    "training-bf16-eager": 40,
+    "inference-bf16-eager": 15,
+    "fft": 30,
+    "training-bf16-compiled": 70,
+    "inference-bf16-compiled": 20,
+    "profile-bf16": 90,
+    "training-fp32-eager": 130,
+    "inference-fp32-eager": 20,
+    "training-fp32-compiled": 100,
     "inference-fp32-compiled": 40,
 }
 # Every (model, mode, precision) compiles its own graph on the blocks' one code object; dynamo's default limit is 8.
@@ -183,6 +184,9 @@ def largest_batch(step_at, reset, device, start: int = 8, share: float = 0.9, li
     that is free now: the peaks at `start` and 2 `start` give the memory per sequence, the batch it allows is tried,
     then smaller ones until one fits; `reset()` after each step clears its gradients. Returns the batch, its peak and
     the tries."""
+    # What the caching allocator holds from the model before (the largest batch of its own) counts as free: on an
+    # H200 the second model's search otherwise saw 11 of 132 GiB and chose a batch of 24.
+    free_memory(device)
     free = torch.cuda.mem_get_info(device)[0]
     peaks = {}
     for batch in (start, 2 * start):
@@ -205,6 +209,12 @@ def largest_batch(step_at, reset, device, start: int = 8, share: float = 0.9, li
                     "tries": tries}  # fmt: skip
         batch -= max(start, batch // 10 // start * start)
     raise RuntimeError(f"Not even a batch of {start} fits (free: {free / 2**30:.1f} GiB).")
+
+
+def throughput_ratio(times: dict[str, list[float]], tokens: dict[str, int], name: str, reference: str) -> float:
+    """`name`'s tokens/s over `reference`'s, paired by round (each model runs at its own largest batch): above 1
+    means `name` is faster."""
+    return paired_ratio(times, name, reference) * tokens[name] / tokens[reference]
 
 
 def host_syncs(step, device) -> int:
@@ -364,8 +374,8 @@ def measure(args) -> dict:
                     "tflops": flops[name] / seconds / 1e12,
                     "mfu_vs_measured_bf16_peak": flops[name] / seconds / peak,
                     "mfu_vs_datasheet_bf16_peak": datasheet and flops[name] / seconds / datasheet,
-                    "vs_bert_sdpa": paired_ratio(group["times"], name, REFERENCE),
-                    "vs_modernbert_sdpa": paired_ratio(group["times"], name, MODERN),
+                    "vs_bert_sdpa": throughput_ratio(group["times"], tokens, name, REFERENCE),
+                    "vs_modernbert_sdpa": throughput_ratio(group["times"], tokens, name, MODERN),
                     "peak_step_gib": memory,
                     "first_call_seconds": group["first_call"][name],
                     "graphs_compiled": group["graphs"][name],
