@@ -350,8 +350,23 @@ def stage_a(stage: Stage, args, env: dict, preflight_found: dict) -> None:
         stage.run("glue", [*python, "run_glue.py", *base, *flags], env)
         stage.record["parts"]["glue"]["results"] = json_file(glue / "all_results.json")
         stage.save()
+    # FSDP2 through the Trainer (the README's command, one process): a sharded checkpoint, then a resumed run.
     if "fsdp" in stage.budgets:
-        fsdp_run(stage, args, env, [*python, "-m", "torch.distributed.run"], base)
+        fsdp = work / "fsdp"
+        torchrun = [*python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", "run_mlm.py"]
+        steps = size["fsdp_steps"]
+        flags = ["--do_train", "--max_seq_length", "128", "--save_strategy", "steps", "--save_steps", str(steps // 2)]
+        flags += ["--fsdp", "--fsdp_config", FSDP_CONFIG]
+        first = stage.run("fsdp", [*torchrun, *base, *script_flags(args, fsdp, steps), *flags], env)
+        checkpoint = fsdp / f"checkpoint-{steps}"
+        if checkpoint.is_dir():
+            stage.record["parts"]["fsdp"]["checkpoint"] = sorted(path.name for path in checkpoint.iterdir())
+        if first.get("returncode") == 0:
+            resumed = script_flags(args, fsdp, steps + steps // 2, resume_from_checkpoint=fsdp)
+            stage.run("fsdp", [*torchrun, *base, *resumed, *flags], env)
+            state = json_file(fsdp / "trainer_state.json") or {}
+            stage.record["parts"]["fsdp"]["global_step_after_resume"] = state.get("global_step")
+        stage.save()
     if "mlm" in stage.budgets:  # run_mlm.py as a user pretrains: gmlp-base, bf16, torch.compile
         mlm = work / "mlm"
         flags = script_flags(args, mlm, size["steps"], max_seq_length=128, save_strategy="no")
@@ -359,25 +374,6 @@ def stage_a(stage: Stage, args, env: dict, preflight_found: dict) -> None:
         stage.run("mlm", [*python, "run_mlm.py", *base, *flags], env)
         stage.record["parts"]["mlm"]["results"] = json_file(mlm / "train_results.json")
         stage.save()
-
-
-def fsdp_run(stage: Stage, args, env: dict, torchrun: list[str], base: list[str]) -> None:
-    """FSDP2 through the Trainer (the README's command, one process): a sharded checkpoint, then a resumed run."""
-    fsdp = args.work / "fsdp"
-    torchrun = [*torchrun, "--standalone", "--nproc_per_node", "1", "run_mlm.py"]
-    steps = sizes(args)["fsdp_steps"]
-    flags = ["--do_train", "--max_seq_length", "128", "--save_strategy", "steps", "--save_steps", str(steps // 2)]
-    flags += ["--fsdp", "--fsdp_config", FSDP_CONFIG]
-    first = stage.run("fsdp", [*torchrun, *base, *script_flags(args, fsdp, steps), *flags], env)
-    checkpoint = fsdp / f"checkpoint-{steps}"
-    if checkpoint.is_dir():
-        stage.record["parts"]["fsdp"]["checkpoint"] = sorted(path.name for path in checkpoint.iterdir())
-    if first.get("returncode") == 0:
-        resumed = script_flags(args, fsdp, steps + steps // 2, resume_from_checkpoint=fsdp)
-        stage.run("fsdp", [*torchrun, *base, *resumed, *flags], env)
-        state = json_file(fsdp / "trainer_state.json") or {}
-        stage.record["parts"]["fsdp"]["global_step_after_resume"] = state.get("global_step")
-    stage.save()
 
 
 # ---- stages B and C ---------------------------------------------------------------------------------------------
