@@ -66,7 +66,7 @@ def measures(models: list[str]) -> dict:
         "pretrain": lambda ctx: pretrain.measure(ctx, models),
         "long": lambda ctx: long.measure(ctx, models),
         "finetune": lambda ctx: finetune.measure(ctx, models),
-        "sgu": sgu.measure,
+        "sgu": lambda ctx: sgu.measure(ctx, models),
     }
 
 

@@ -159,7 +159,7 @@ def tables(results: dict) -> dict:
             continue
         if name == "finetune_probes" and not results["finetune"].get("probes"):
             continue
-        if name == "sgu" and not results["sgu"].get("variants"):
+        if name == "sgu" and not (results["sgu"].get("variants") or results["sgu"].get("transformers")):
             continue
         out[name] = render(results)
     return out

@@ -33,12 +33,11 @@ def sgu_recipe(ctx: Context, model: str = "gmlp") -> dict:
     return {**recipe, "warmup_steps": warmup, "max_steps": steps}
 
 
-def measure(ctx: Context) -> dict:
-    """Per variant: parameters and, seed by seed, the validation and test perplexities and curves."""
-    recipe = ctx.available(sgu_recipe, ctx)
-    if recipe is None:
-        return {}
-    configs = sgu_configs()
+def measure(ctx: Context, models: list[str]) -> dict:
+    """Per variant (gMLP's, when gMLP is among `models`) and per Transformer row (of `models`; DeBERTa-v2's with
+    BERT, whose recipe it takes): parameters and, seed by seed, the validation and test perplexities and curves."""
+    recipe = ctx.available(sgu_recipe, ctx) if "gmlp" in models else None
+    configs = sgu_configs() if recipe else {}
 
     def one(variant):
         config = configs[variant]
@@ -76,7 +75,10 @@ def measure(ctx: Context) -> dict:
             "curves": [run["curve"] for run in runs],
         }
 
-    seeds, transformers = ctx.args.seeds, table3_transformer_configs()
+    seeds = ctx.args.seeds
+    transformers = {
+        name: config for name, config in table3_transformer_configs().items() if TABLE3_TRANSFORMERS[name] in models
+    }
     baselines = dict(zip(transformers, ctx.parallel(transformer, list(transformers))))
     return {
         "recipe": recipe,
