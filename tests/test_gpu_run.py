@@ -230,6 +230,33 @@ def test_the_batch_search_counts_what_the_allocator_caches_as_free(monkeypatch):
     assert found["free_gib"] == 100 and found["batch"] == 352  # 90% of 100 GiB at a quarter GiB a sequence
 
 
+def test_the_kept_activations_step_runs_gmlp_without_recomputing_and_switches_back(monkeypatch):
+    """The row "gmlp, activations kept" is gMLP's own model and optimizer with its memory-lean training off during its
+    step only: no block checkpoints its gating unit there, every block does in the default step, the same loss."""
+    from gmlp import GMLPConfig, modeling_gmlp
+
+    torch.manual_seed(0)
+    model = AutoModelForMaskedLM.from_config(GMLPConfig(**TINY, max_position_embeddings=16, hidden_dropout_prob=0.0))
+    checkpointed = []
+    original = modeling_gmlp.checkpoint
+    monkeypatch.setattr(modeling_gmlp, "checkpoint", lambda *a, **k: checkpointed.append(1) or original(*a, **k))
+    input_ids, labels = mlm_batch(2, 16, TINY["vocab_size"])
+    index, targets = models.labelled_positions(labels)
+    losses = []
+
+    def step():
+        loss = models.labelled_loss(model, input_ids, index, targets)
+        loss.backward()
+        losses.append(loss.item())
+
+    model.train()
+    gpu.keeping_activations(step, model)()
+    assert checkpointed == [] and model.config.recompute_gating
+    assert all(layer.recompute_gating for layer in model.gmlp.encoder.layer)
+    step()
+    assert len(checkpointed) == TINY["num_hidden_layers"] and losses[0] == pytest.approx(losses[1])
+
+
 @pytest.fixture
 def small_section(monkeypatch):
     """The gpu section's four models at TINY sizes (n = 16) and a fixed matmul peak: the logic, not the sizes, is
@@ -295,3 +322,16 @@ def test_parts_that_would_end_after_the_deadline_are_left_for_later(tmp_path, mo
     result = json.loads(output.read_text())["gpu"]
     assert result["not_run"] == ["batches-bf16", "fft"] and result["part_seconds"] == {}
     assert "Not run before the deadline: batches-bf16, fft." in gpu.render(result)["not_run"]
+
+
+def test_the_kept_activations_row_is_paired_with_gmlp_and_bert(tmp_path, small_section):
+    output = tmp_path / "speed_gpu.json"
+    argv = ["--sections", "gpu", "--quick", "--threads", "1", "--gpu-batch", "2", "--output", str(output)]
+    cli.main([*argv, "--gpu-parts", "batches-bf16,training-bf16-eager-kept"])
+    result = json.loads(output.read_text())["gpu"]
+    assert result["errors"] == {} and list(result["training"]) == [f"{gpu.KEPT} | bf16 | eager"]
+    row = result["training"][f"{gpu.KEPT} | bf16 | eager"]
+    assert row["vs_gmlp_recomputing"] > 0 and row["vs_bert_sdpa"] > 0 and row["vs_modernbert_sdpa"] is None
+    rendered = gpu.render(result)
+    assert any(line.startswith(f"| {gpu.KEPT} ") for line in rendered["training"])
+    assert any("activations kept vs recomputed" in line for line in rendered["targets"])

@@ -1,6 +1,7 @@
 """The GPU section: gMLP-base and aMLP-base (the presets), BERT and ModernBERT (Transformers' own, SDPA attention) with
 gMLP-base's width and depth and the FFN width that matches its parameter count, at n = 512, MLM training (logits at
-the labelled positions, fused AdamW) and encoder inference, bf16 autocast and fp32 (no TF32), eager and compiled; MFU
+the labelled positions, fused AdamW; gMLP also with its activations kept, `recompute_gating` off, in bf16 eager) and
+encoder inference, bf16 autocast and fp32 (no TF32), eager and compiled; MFU
 against the bf16 matmul peak measured in the same run (an 8192^3 product) and against the device's datasheet peak;
 peak memory per step; the FFT path against plain dense products at 4,096 to 16,384 tokens; a torch.profiler account
 by CUDA kernel of each model's bf16 training step.
@@ -64,6 +65,9 @@ from .scaling import render as render_scaling
 PRESETS = {"base": ("gmlp-base", "amlp-base"), "tiny": ("gmlp-tiny", "amlp-tiny")}
 FFT_LENGTHS = {"base": (4096, 8192, 16384), "tiny": (256, 512)}
 REFERENCE, MODERN = "BERT (sdpa)", "ModernBERT (sdpa)"
+# gMLP's model with its memory-lean training off (`recompute_gating=False`): every activation kept for the backward
+# pass, at the largest batch that fits that way; its own row beside gMLP's default and BERT.
+KEPT = "gmlp, activations kept"
 # Dense (no sparsity) bf16 tensor-core peaks of NVIDIA's datasheets, TFLOP/s, by the first name part that matches.
 DATASHEET_BF16_TFLOPS = {"H200 NVL": 835, "H200": 989, "H100 PCIe": 756, "H100 NVL": 835, "H100": 989, "A100": 312}
 # Part -> seconds it is expected to take at base size: what each took on an H200 (part_seconds in
@@ -73,6 +77,7 @@ PARTS = {
     "batches-bf16": 20,
     "training-bf16-eager": 40,
     "inference-bf16-eager": 15,
+    "training-bf16-eager-kept": 35,
     "fft": 30,
     "training-bf16-compiled": 70,
     "inference-bf16-compiled": 20,
@@ -142,6 +147,27 @@ class Compiled:
             if block not in self.forwards:
                 self.forwards[block] = torch.compile(block.forward, dynamic=False)
             block.forward = self.forwards[block]
+
+
+def set_recompute_gating(model, on: bool) -> None:
+    """Switch gMLP's memory-lean training on or off: the config's `recompute_gating` and each block's copy of it."""
+    model.config.recompute_gating = on
+    for module in model.modules():
+        if hasattr(module, "recompute_gating"):
+            module.recompute_gating = on
+
+
+def keeping_activations(step, model):
+    """`step` run with `model`'s gating units kept for the backward pass instead of recomputed there."""
+
+    def run():
+        set_recompute_gating(model, False)
+        try:
+            step()
+        finally:
+            set_recompute_gating(model, True)
+
+    return run
 
 
 def training_step(model, optimizer, input_ids, labels):
@@ -311,24 +337,32 @@ def measure(args) -> dict:
             free_memory(device)
         args.save(result)
 
+    def base(name: str) -> str:
+        """The model `name` runs (KEPT is gMLP's, with its optimizer)."""
+        return "gmlp" if name == KEPT else name
+
+    def train_step(name: str, batch: int, precision: str):
+        """`name`'s training step (KEPT: gMLP's, keeping its activations) on a batch of `batch`, and its labels."""
+        model = models[base(name)]
+        input_ids, labels = mlm_batch(batch, length, model.config.vocab_size, device)
+        step = training_step(model, optimizers[base(name)], input_ids, labels)
+        if name == KEPT:
+            step = keeping_activations(step, model)
+        return in_precision(step, precision, device), labels
+
     def batch_for(name: str, precision: str) -> int:
         if (name, precision) not in batches:
             if args.gpu_batch or device.type != "cuda":
                 batches[(name, precision)] = args.gpu_batch or 2
             else:
-                model, optimizer = models[name], optimizers[name]
-                vocab = model.config.vocab_size
-
-                def step_at(batch, model=model, optimizer=optimizer):
-                    input_ids, labels = mlm_batch(batch, length, vocab, device)
-                    return in_precision(training_step(model, optimizer, input_ids, labels), precision, device)
+                model = models[base(name)]
 
                 def reset(model=model):
                     model.zero_grad(set_to_none=True)
                     free_memory(device)
 
                 model.train()
-                found = largest_batch(step_at, reset, device)
+                found = largest_batch(lambda batch: train_step(name, batch, precision)[0], reset, device)
                 result.setdefault("batch_search", {})[f"{name} | {precision}"] = found
                 batches[(name, precision)] = found["batch"]
             result["batches"] = {" | ".join(key): batch for key, batch in batches.items()}
@@ -336,46 +370,54 @@ def measure(args) -> dict:
 
     def find_batches(precision: str):
         def work():
-            for name, model in models.items():
-                input_ids, labels = mlm_batch(batch_for(name, precision), length, model.config.vocab_size, device)
-                step = in_precision(training_step(model, optimizers[name], input_ids, labels), precision, device)
+            for name in models:
+                step, _ = train_step(name, batch_for(name, precision), precision)
                 result.setdefault("host_syncs_per_step", {})[f"{name} | {precision}"] = host_syncs(step, device)
 
         return work
 
-    def timed(mode: str, precision: str, is_compiled: bool):
+    def timed(mode: str, precision: str, is_compiled: bool, names: tuple = tuple(models), rows: tuple = ()):
+        """Time `names` (default: every model) side by side; record the rows of `rows` (default: all of them)."""
+
         def work():
             cases, flops, tokens = {}, {}, {}
-            for name, model in models.items():
+            for name in names:
+                model = models[base(name)]
                 compiled.set(model, is_compiled)
                 batch = batch_for(name, precision)
-                input_ids, labels = mlm_batch(batch, length, model.config.vocab_size, device)
-                tokens[name] = input_ids.numel()
+                tokens[name] = batch * length
                 if mode == "training":
                     model.train()
+                    cases[name], labels = train_step(name, batch, precision)
                     predicted = int((labels != -100).sum())
                     flops[name] = 3 * forward_flops(model.config, tokens[name], length, predicted)
-                    step = training_step(model, optimizers[name], input_ids, labels)
                 else:
                     model.eval()
+                    input_ids, _ = mlm_batch(batch, length, model.config.vocab_size, device)
                     flops[name] = forward_flops(model.config, tokens[name], length)
                     step = lambda model=model, ids=input_ids: model.base_model(input_ids=ids)
-                cases[name] = in_precision(step, precision, device)
+                    cases[name] = in_precision(step, precision, device)
             group = time_group(cases, args, device, inference=mode == "inference")
-            for name, step in cases.items():
+            for name in rows or names:
+                step = cases[name]
                 seconds = statistics.median(group["times"][name])
                 memory = None
                 if device.type == "cuda":
                     with torch.inference_mode(mode == "inference"):
                         memory = step_peak_gib(step, device)
+                others = {"vs_bert_sdpa": REFERENCE, "vs_modernbert_sdpa": MODERN}
+                if name == KEPT:
+                    others["vs_gmlp_recomputing"] = "gmlp"
                 result.setdefault(mode, {})[f"{name} | {precision} | {'compiled' if is_compiled else 'eager'}"] = {
                     "batch": batches[(name, precision)],
                     "tokens_per_second": tokens[name] / seconds,
                     "tflops": flops[name] / seconds / 1e12,
                     "mfu_vs_measured_bf16_peak": flops[name] / seconds / peak,
                     "mfu_vs_datasheet_bf16_peak": datasheet and flops[name] / seconds / datasheet,
-                    "vs_bert_sdpa": throughput_ratio(group["times"], tokens, name, REFERENCE),
-                    "vs_modernbert_sdpa": throughput_ratio(group["times"], tokens, name, MODERN),
+                    **{
+                        key: throughput_ratio(group["times"], tokens, name, other) if other in cases else None
+                        for key, other in others.items()
+                    },
                     "peak_step_gib": memory,
                     "first_call_seconds": group["first_call"][name],
                     "graphs_compiled": group["graphs"][name],
@@ -391,8 +433,7 @@ def measure(args) -> dict:
         for is_compiled in (False, True) if args.gpu_compile else (False,):
             for name, model in models.items():
                 model.train()
-                input_ids, labels = mlm_batch(batch_for(name, "bf16"), length, model.config.vocab_size, device)
-                step = in_precision(training_step(model, optimizers[name], input_ids, labels), "bf16", device)
+                step, _ = train_step(name, batch_for(name, "bf16"), "bf16")
 
                 def switched(model=model, step=step, is_compiled=is_compiled):
                     compiled.set(model, is_compiled)
@@ -417,6 +458,7 @@ def measure(args) -> dict:
         "batches-bf16": find_batches("bf16"),
         "training-bf16-eager": timed("training", "bf16", is_compiled=False),
         "inference-bf16-eager": timed("inference", "bf16", is_compiled=False),
+        "training-bf16-eager-kept": timed("training", "bf16", False, names=(KEPT, "gmlp", REFERENCE), rows=(KEPT,)),
         "fft": fft,
         "training-bf16-compiled": timed("training", "bf16", is_compiled=True),
         "inference-bf16-compiled": timed("inference", "bf16", is_compiled=True),
@@ -447,6 +489,19 @@ def targets(result: dict) -> list[str]:
     if eager and compiled:
         ratio = compiled["tokens_per_second"] / eager["tokens_per_second"]
         rows.append(["gMLP training, compiled vs eager, bf16 (ratio of medians)", times(ratio), "1.20x"])
+    if kept := training.get(f"{KEPT} | bf16 | eager"):
+        rows += [
+            [
+                "gMLP training, activations kept, vs BERT (SDPA), bf16 eager, paired",
+                times(kept["vs_bert_sdpa"]),
+                "1.20x",
+            ],
+            [
+                "gMLP training, activations kept vs recomputed, bf16 eager, paired",
+                times(kept["vs_gmlp_recomputing"]),
+                "–",
+            ],
+        ]
     return table(["target", "measured", "goal"], rows)
 
 
@@ -477,8 +532,8 @@ def render(result: dict) -> dict[str, list[str]]:
                 *name.split(" | "),
                 row["batch"],
                 f"{row['tokens_per_second']:.0f}",
-                times(row["vs_bert_sdpa"]),
-                times(row["vs_modernbert_sdpa"]),
+                optional(row["vs_bert_sdpa"], times),
+                optional(row["vs_modernbert_sdpa"], times),
                 percent(row["mfu_vs_measured_bf16_peak"]),
                 optional(row["mfu_vs_datasheet_bf16_peak"], percent),
                 optional(row["peak_step_gib"], lambda gib: f"{gib:.1f}"),
