@@ -357,7 +357,7 @@ def measure(args) -> dict:
             else:
                 model = models[base(name)]
 
-                def reset(model=model):
+                def reset():
                     model.zero_grad(set_to_none=True)
                     free_memory(device)
 
