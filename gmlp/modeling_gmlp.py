@@ -628,6 +628,15 @@ class GMLPLMHead(nn.Module):
         return self.decoder(self.norm(self.activation(self.dense(hidden_states))))
 
 
+def _is_fsdp_class(cls: type) -> bool:
+    """Whether `cls` is FSDP2's `FSDPModule` or a class its `fully_shard` made (torch without distributed has none)."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.fsdp import FSDPModule
+
+    return issubclass(cls, FSDPModule)
+
+
 class GMLPPreTrainedModel(PreTrainedModel):
     config_class = GMLPConfig
     config: GMLPConfig
@@ -657,6 +666,20 @@ class GMLPPreTrainedModel(PreTrainedModel):
         elif labels.dtype in (torch.long, torch.int):
             check_labels(labels, self.config.num_labels)
         return self.loss_function(labels, logits, self.config)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, saved as the model's own class also under FSDP2: `fully_shard` makes the
+        model an instance of a class that torch defines (`FSDPGMLPForMaskedLM`), whose module Transformers would
+        otherwise copy in place of this file and name in the config's `auto_map`, breaking remote-code loading."""
+        wrapper = type(self)
+        own = next(cls for cls in wrapper.__mro__ if not _is_fsdp_class(cls))
+        if own is wrapper:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        self.__class__ = own  # same instance layout: FSDP2's class only adds FSDPModule's methods
+        try:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            self.__class__ = wrapper
 
     @torch.no_grad()
     def _init_weights(self, module):

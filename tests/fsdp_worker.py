@@ -8,9 +8,9 @@ Each process trains its half of every global batch under PyTorch's `fully_shard`
   (`GMLPLayer`) or, for `accelerate_default`, the model's `_no_split_modules`. BERT's masked LM is prepared the
   same way as a control (it fails there, its decoder bias being tied to another module's parameter).
 
-It writes what the test compares with the unsharded model (losses, gathered weights) under the output folder, and
-saves the `layers` model and optimizer with `torch.distributed.checkpoint`, then loads them into a fresh sharded
-model and optimizer. The test, not this file, asserts.
+It writes what the test compares with the unsharded model (losses, gathered weights) under the output folder, saves
+the `layers` model with `save_pretrained` as the Trainer does (its gathered weights, from rank 0), and saves it and
+its optimizer with `torch.distributed.checkpoint`, then loads them into a fresh sharded model and optimizer. The test, not this file, asserts.
 
 Usage: torchrun --nproc_per_node 2 tests/fsdp_worker.py OUTPUT_DIR
 """
@@ -161,6 +161,9 @@ def run_layers(variant: str, output: Path, rank: int) -> dict:
     optimizer = adamw(model)
     result = {"losses": train(model, optimizer, [rank], global_batches())}
     trained = full_state(model)
+    if rank == 0:  # as the Trainer saves a sharded model: the gathered weights, from the main process
+        model.save_pretrained(output / f"{variant}-saved", state_dict=dict(trained))  # it empties the dict
+        result["class_after_save"] = type(model).__name__
 
     # Sharded save (each process writes its shards), then a sharded load into a fresh model (another seed) and a
     # fresh optimizer.

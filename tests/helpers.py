@@ -2,6 +2,9 @@
 corpora, the arguments of a tiny run of a script, inputs drawn the same on every device, and the one comparison that
 takes the dtype into account."""
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import torch
@@ -163,3 +166,50 @@ def differ(actual: torch.Tensor, expected: torch.Tensor, **tolerances) -> bool:
     if torch.bfloat16 not in (actual.dtype, expected.dtype):
         return not torch.allclose(actual, expected, **tolerances)
     return relative_error(actual, expected) > 3 * BF16_RELATIVE_TOLERANCE
+
+
+REMOTE_LOAD = textwrap.dedent(
+    """
+    import sys, torch
+    sys.modules["gmlp"] = None  # any `import gmlp` now fails: the package is not there
+    try:
+        import gmlp
+    except ImportError:
+        pass
+    else:
+        raise SystemExit("gmlp is still importable")
+    import transformers
+    directory, auto_name, inputs_path, outputs_path = sys.argv[1:]
+    auto_class = getattr(transformers, auto_name)
+    model = auto_class.from_pretrained(directory, trust_remote_code=True).eval()
+    assert not type(model).__module__.startswith("gmlp"), type(model).__module__
+    inputs = torch.load(inputs_path)
+    with torch.no_grad():
+        outputs = model(inputs)
+    result = outputs.logits if hasattr(outputs, "logits") else outputs.last_hidden_state
+    torch.save({"result": result, "module": type(model).__module__, "name": type(model).__name__}, outputs_path)
+    """
+)
+
+
+def load_as_remote_code(directory: Path, auto_name: str, inputs: torch.Tensor, work: Path) -> dict:
+    """Load the saved model in `directory` with `trust_remote_code` in a process that cannot import this package, run
+    it on `inputs`: its output (`result`, logits or last hidden state) and its class (`module`, `name`)."""
+    work.mkdir(parents=True, exist_ok=True)
+    torch.save(inputs, work / "inputs.pt")
+    (work / "load.py").write_text(REMOTE_LOAD)
+    command = [sys.executable, str(work / "load.py"), str(directory), auto_name, str(work / "inputs.pt")]
+    # Run from an empty directory with a clean environment, so neither the cwd nor PYTHONPATH can provide gmlp.
+    run = subprocess.run(
+        [*command, str(work / "outputs.pt")],
+        cwd=work,
+        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(work / "hf_home"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    remote = torch.load(work / "outputs.pt")
+    assert remote["module"].startswith("transformers_modules"), remote["module"]
+    return remote

@@ -8,12 +8,13 @@ import pytest
 import torch
 from helpers import CONTEXT, WORDS, config_overrides, flags, rotated_lines, tiny_run, write
 from PIL import Image
+from transformers import TrainingArguments
 
 import run_glue
 import run_image_classification
 import run_mlm
 import run_squad
-from gmlp.tasks.checkpoints import checkpoint_problem
+from gmlp.tasks.checkpoints import checkpoint_problem, resolve_checkpoint
 
 # One step of batches of 2.
 ONE_STEP = {"per_device_train_batch_size": 2, "per_device_eval_batch_size": 2, "max_steps": 1}
@@ -270,10 +271,31 @@ def test_imagefolder_with_train_and_validation_dirs(tmp_path):
     assert sorted(config["id2label"].values()) == ["blue", "red"]
 
 
+def test_a_checkpoint_saved_whole_by_fsdp_counts_as_complete(tmp_path):
+    """Under the README's --fsdp command the Trainer saves FSDP's full state dicts: the weights as
+    pytorch_model_fsdp.bin (beside model.safetensors), the optimizer as optimizer.bin, no optimizer.pt (the resume of
+    such a checkpoint was refused on an H200); a file of them cut short is still caught."""
+    folder = tmp_path / "checkpoint-4"
+    folder.mkdir()
+    torch.save({"weight": torch.ones(3)}, folder / "pytorch_model_fsdp.bin")
+    torch.save({}, folder / "scheduler.pt")
+    torch.save({}, folder / "rng_state.pth")
+    write(folder / "trainer_state.json", json.dumps({"global_step": 4}))
+    assert "optimizer.pt is missing" in checkpoint_problem(folder)
+    write(folder / "optimizer.bin", b"PK\x03\x04 cut short")
+    assert "optimizer.bin is truncated or corrupt" in checkpoint_problem(folder)
+    torch.save({"state": {}, "param_groups": []}, folder / "optimizer.bin")
+    assert checkpoint_problem(folder) is None
+    training_args = TrainingArguments(output_dir=str(tmp_path / "out"), resume_from_checkpoint=str(tmp_path))
+    assert resolve_checkpoint(training_args) == str(folder)
+    write(folder / "pytorch_model_fsdp.bin", b"PK\x03\x04 cut short")
+    assert "pytorch_model_fsdp.bin is truncated or corrupt" in checkpoint_problem(folder)
+
+
 def test_a_checkpoint_saved_sharded_by_fsdp_counts_as_complete(tmp_path):
-    """FSDP's sharded saving (the Trainer's default under --fsdp) writes `torch.distributed.checkpoint` folders in
-    place of model.safetensors and optimizer.pt; such a checkpoint resumes once each folder's `.metadata` (written
-    last) is there."""
+    """FSDP's sharded saving (its SHARDED_STATE_DICT) writes `torch.distributed.checkpoint` folders in place of
+    model.safetensors and optimizer.pt; such a checkpoint resumes once each folder's `.metadata` (written last) is
+    there."""
     folder = tmp_path / "checkpoint-4"
     for name in ("pytorch_model_fsdp_0", "optimizer_0"):
         write(folder / name / "__0_0.distcp", b"shard")

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from fsdp_worker import STEPS, VARIANTS, WORLD_SIZE, adamw, build, global_batches, train
+from helpers import load_as_remote_code
 from transformers import HfArgumentParser, TrainingArguments
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,6 +89,34 @@ def test_sharded_checkpoint_round_trips_the_weights(variant, sharded):
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, trained[name]), name
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_sharded_model_saves_its_own_code_and_loads_as_remote_code(variant, sharded):
+    """`fully_shard` makes the model an instance of a class torch defines (`FSDPGMLPForMaskedLM`); saved as the
+    Trainer saves it, the folder holds this project's code and names its class, not torch's FSDP files (found on an
+    H200, where such a checkpoint could not be loaded with `trust_remote_code`)."""
+    output, results = sharded
+    folder = output / f"{variant}-saved"
+    assert sorted(path.name for path in folder.iterdir()) == [
+        "config.json",
+        "configuration_gmlp.py",
+        "model.safetensors",
+        "modeling_gmlp.py",
+    ]
+    auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
+    assert auto_map["AutoModelForMaskedLM"] == "modeling_gmlp.GMLPForMaskedLM"
+    assert results[f"layers/{variant}"]["class_after_save"] == "FSDPGMLPForMaskedLM"  # the sharded model is intact
+
+    # Loaded from the folder's code alone (in a process without this package), it is the trained model.
+    local = build(variant)
+    local.load_state_dict(torch.load(output / f"{variant}-weights.pt")["trained"])
+    input_ids = torch.randint(5, local.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    remote = load_as_remote_code(folder, "AutoModelForMaskedLM", input_ids, output / f"{variant}-remote")
+    assert remote["name"] == "GMLPForMaskedLM"
+    with torch.no_grad():
+        torch.testing.assert_close(remote["result"], local.eval()(input_ids).logits, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.e2e

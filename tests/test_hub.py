@@ -1,13 +1,11 @@
 """Saving, loading and sharing: safetensors, Auto classes, and remote code where the gmlp package is absent."""
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
 from datasets import Dataset
+from helpers import load_as_remote_code
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -93,30 +91,6 @@ def test_saved_directory_carries_auto_map_and_code_files(tiny_config, tmp_path):
     assert isinstance(AutoConfig.from_pretrained(tmp_path), GMLPConfig)
 
 
-REMOTE_LOAD = textwrap.dedent(
-    """
-    import sys, torch
-    sys.modules["gmlp"] = None  # any `import gmlp` now fails: the package is not there
-    try:
-        import gmlp
-    except ImportError:
-        pass
-    else:
-        raise SystemExit("gmlp is still importable")
-    import transformers
-    directory, auto_name, inputs_path, outputs_path = sys.argv[1:]
-    auto_class = getattr(transformers, auto_name)
-    model = auto_class.from_pretrained(directory, trust_remote_code=True).eval()
-    assert not type(model).__module__.startswith("gmlp"), type(model).__module__
-    inputs = torch.load(inputs_path)
-    with torch.no_grad():
-        outputs = model(inputs)
-    result = outputs.logits if hasattr(outputs, "logits") else outputs.last_hidden_state
-    torch.save({"result": result, "module": type(model).__module__, "name": type(model).__name__}, outputs_path)
-    """
-)
-
-
 @pytest.mark.parametrize(
     "auto_class, model_class",
     [(AutoModelForMaskedLM, GMLPForMaskedLM), (AutoModel, GMLPModel), (AutoModelForSequenceClassification, None)],
@@ -128,29 +102,7 @@ def test_remote_code_loads_without_the_package_and_gives_identical_outputs(
     masked_lm = GMLPForMaskedLM(tiny_config(HUB_SIZES)).eval()
     masked_lm.save_pretrained(tmp_path / "checkpoint")
     inputs = example_inputs(GMLPForMaskedLM)
-    torch.save(inputs, tmp_path / "inputs.pt")
-    script = tmp_path / "load.py"
-    script.write_text(REMOTE_LOAD)
-    # Run from an empty directory with a clean environment, so neither the cwd nor PYTHONPATH can provide gmlp.
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(script),
-            str(tmp_path / "checkpoint"),
-            auto_class.__name__,
-            str(tmp_path / "inputs.pt"),
-            str(tmp_path / "outputs.pt"),
-        ],
-        cwd=tmp_path,
-        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    remote = torch.load(tmp_path / "outputs.pt")
-    assert remote["module"].startswith("transformers_modules")
+    remote = load_as_remote_code(tmp_path / "checkpoint", auto_class.__name__, inputs, tmp_path / "remote")
     if model_class is None:  # a new head on the saved encoder: only the class is checked
         assert remote["name"] == "GMLPForSequenceClassification"
         return

@@ -76,6 +76,7 @@ def sharded_state(folder: Path, prefix: str) -> Path | None:
 def weights_problem(folder: Path) -> str | None:
     """Why the model weights in `folder` cannot be read (missing, truncated or corrupt), or None."""
     names = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "adapter_model.safetensors")
+    names += ("pytorch_model_fsdp.bin",)  # FSDP's full state dict (the Trainer's --fsdp with FULL_STATE_DICT)
     present = [folder / name for name in names if (folder / name).is_file()]
     if not present and sharded_state(folder, "pytorch_model_fsdp") is not None:
         return None  # FSDP's sharded weights: torch.distributed.checkpoint reads them when resuming
@@ -87,6 +88,8 @@ def weights_problem(folder: Path) -> str | None:
                 weights.keys()
         except Exception as error:  # noqa: BLE001 (safetensors has its own types for a bad header or a short file)
             return f"{path} is truncated or corrupt ({error})"
+    for path in [path for path in present if path.suffix == ".bin" and not zipfile.is_zipfile(path)]:
+        return f"{path} is truncated or corrupt"  # torch.save's zip archive, cut short
     return None
 
 
@@ -95,13 +98,15 @@ def checkpoint_problem(folder: Path) -> str | None:
     if problem := weights_problem(folder):
         return problem
     needed = [folder / "trainer_state.json", folder / "scheduler.pt"]
-    if sharded_state(folder, "optimizer") is None:  # FSDP's sharded optimizer state, else optimizer.pt
-        needed.append(folder / "optimizer.pt")
+    if sharded_state(folder, "optimizer") is None:  # else FSDP's sharded optimizer state
+        # FSDP's full optimizer state (the Trainer's --fsdp with FULL_STATE_DICT) is optimizer.bin.
+        full = folder / "optimizer.bin"
+        needed.append(full if full.is_file() else folder / "optimizer.pt")
     for path in needed:
         if not path.is_file() or path.stat().st_size == 0:
             return f"{path} is missing or empty"
         # torch.save writes zip archives; a file cut short lacks the archive's closing directory.
-        if path.suffix == ".pt" and not zipfile.is_zipfile(path):
+        if path.suffix in (".pt", ".bin") and not zipfile.is_zipfile(path):
             return f"{path} is truncated or corrupt"
     try:
         json.loads((folder / "trainer_state.json").read_text())
