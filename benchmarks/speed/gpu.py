@@ -75,7 +75,7 @@ DATASHEET_BF16_TFLOPS = {"H200 NVL": 835, "H200": 989, "H100 PCIe": 756, "H100 N
 # short, and fp32 compiled estimated; the deadline starts a part only while that much time is left.
 PARTS = {
     "batches-bf16": 20,
-    "training-bf16-eager": 40,
+    "training-bf16-eager": 50,
     "inference-bf16-eager": 15,
     "training-bf16-eager-kept": 35,
     "fft": 30,
