@@ -213,6 +213,35 @@ def test_torch_compile_pads_every_example_to_one_length(script, tmp_path, caplog
     assert "--pad_to_max_length added" in caplog.text
 
 
+@pytest.mark.parametrize("asked", [None, "false"])
+def test_torch_compile_compiles_each_block_once(asked, tmp_path, monkeypatch, tiny_config):
+    """The whole model compiled unrolls every block into one graph (gMLP-base's 48 took minutes on an H200); with
+    --torch_compile the scripts have Accelerate compile each block, the head and the embeddings on their own, unless
+    the user set Accelerate's switch for it."""
+    import torch
+    from transformers import Trainer
+
+    from gmlp import GMLPForMaskedLM
+    from gmlp.tasks import run_mlm as mlm_script
+    from gmlp.tasks.arguments import REGIONAL, parse_arguments
+
+    monkeypatch.setenv(REGIONAL, "false")  # records its absence, restored after the test
+    if asked is None:
+        monkeypatch.delenv(REGIONAL)
+    dataclasses = (mlm_script.ModelArguments, mlm_script.DataTrainingArguments, TrainingArguments)
+    argv = ["--output_dir", str(tmp_path / "out"), "--do_train", "--report_to", "none", "--torch_compile"]
+    *_, training_args = parse_arguments(dataclasses, argv)
+    model = GMLPForMaskedLM(tiny_config())
+    prepared = Trainer(model=model, args=training_args).accelerator.prepare_model(model)  # compiling is lazy
+    compiled = torch._dynamo.eval_frame.OptimizedModule
+    if asked is None:
+        assert not isinstance(prepared, compiled)
+        assert all(isinstance(layer, compiled) for layer in prepared.gmlp.encoder.layer)
+        assert isinstance(prepared.lm_head, compiled)
+    else:
+        assert isinstance(prepared, compiled) and not isinstance(prepared._orig_mod.gmlp.encoder.layer[0], compiled)
+
+
 def test_line_by_line_mlm_pads_to_max_seq_length_when_asked(tmp_path, script_tokenizer):
     tokenizer = script_tokenizer
     lines = ["the cat sat", "the old dog slept by the warm fire and the cat sat on a red mat"]

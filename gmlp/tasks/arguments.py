@@ -124,6 +124,10 @@ class AnyDeviceTrainingArguments(TrainingArguments):
         super().__post_init__()
 
 
+# Accelerate's switch for regional compilation, which the Trainer's `--torch_compile` goes through.
+REGIONAL = "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"
+
+
 def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: str | None = None):
     """The command line (flags, or a `.json` file of arguments and then flags that override it) parsed into
     `dataclass_types`, then checked before anything loads: something to do (`no_predict`: why the script refuses
@@ -143,6 +147,11 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: 
                 f"{flag} needs accelerators: Accelerate turns it on only for GPU (and similar) runs, and on the CPU "
                 f"the run would silently be plain data-parallel (DDP). Drop {flag} on the CPU, or run on GPUs."
             )
+    if training_args.torch_compile and REGIONAL not in os.environ:
+        # Accelerate then compiles one block and reuses its code for the others; the whole model compiled unrolls all
+        # of them into one graph, whose compiling grows with the depth (docs/benchmarks.md, "Compile once").
+        os.environ[REGIONAL] = "true"
+        logger.warning(f"--torch_compile: compiling each block once ({REGIONAL}=false compiles the whole model).")
     for args in parsed:
         padding_free = getattr(args, "padding_free", False)  # no padding to add: the rows' lengths vary anyway
         if training_args.torch_compile and getattr(args, "pad_to_max_length", True) is False and not padding_free:
