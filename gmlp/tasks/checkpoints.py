@@ -88,8 +88,8 @@ def weights_problem(folder: Path) -> str | None:
                 weights.keys()
         except Exception as error:  # noqa: BLE001 (safetensors has its own types for a bad header or a short file)
             return f"{path} is truncated or corrupt ({error})"
-    for path in [path for path in present if path.suffix == ".bin" and not zipfile.is_zipfile(path)]:
-        return f"{path} is truncated or corrupt"  # torch.save's zip archive, cut short
+    if cut := next((path for path in present if path.suffix == ".bin" and not zipfile.is_zipfile(path)), None):
+        return f"{cut} is truncated or corrupt"  # torch.save writes a zip archive; a short one lacks its directory
     return None
 
 
