@@ -8,7 +8,7 @@ transformers version, into .whl/, which git ignores and the run carries):
 There, in a copy of the repository with .whl/ (the machine's own python3 with torch; --out defaults to $OUT):
 
     python3 benchmarks/gpu_run.py A    # 540 s: the tests on the device (fp32, bf16), run_glue.py, FSDP2 with a
-                                       # sharded checkpoint resumed, run_mlm.py of gmlp-base compiled;
+                                       # checkpoint resumed, run_mlm.py of gmlp-base compiled;
                                        # --parts tests_bf16,glue,fsdp,mlm for some of them (A and B do not fit
                                        # one 15-minute window together)
     python3 benchmarks/gpu_run.py B    # 380 s: the speed benchmark's gpu section, most important part first

@@ -10,7 +10,8 @@ Each process trains its half of every global batch under PyTorch's `fully_shard`
 
 It writes what the test compares with the unsharded model (losses, gathered weights) under the output folder, saves
 the `layers` model with `save_pretrained` as the Trainer does (its gathered weights, from rank 0), and saves it and
-its optimizer with `torch.distributed.checkpoint`, then loads them into a fresh sharded model and optimizer. The test, not this file, asserts.
+its optimizer with `torch.distributed.checkpoint`, then loads them into a fresh sharded model and optimizer. The
+test, not this file, asserts.
 
 Usage: torchrun --nproc_per_node 2 tests/fsdp_worker.py OUTPUT_DIR
 """
