@@ -93,8 +93,10 @@ def test_the_pages_show_the_search_until_a_model_has_its_final_runs_then_the_sum
     assert summary_rows(full) == [*MODELS, "unigram"] and "under way" not in full
 
 
-def test_the_summary_gives_a_task_the_probe_adopted_in_place_of_the_recipe_and_names_it():
+def test_the_summary_names_an_adopted_probe_and_leaves_the_pretraining_only_variants_blank():
     results = partial_results(["modernbert"])
+    results["pretrain"]["gmlp-dropout0"] = results["pretrain"]["modernbert"]  # pretrained only: no fine-tuning cells
+    results["pretrain_derived"] = pretrain.derive(results)
     results["finetune"] = {
         "tasks": {
             "sst2": {"modernbert": {"accuracy": [0.80, 0.78]}},
@@ -104,6 +106,8 @@ def test_the_summary_gives_a_task_the_probe_adopted_in_place_of_the_recipe_and_n
     row = next(line for line in report.summary(results).splitlines() if line.startswith("| modernbert"))
     cells = [cell.strip() for cell in row.split("|")[1:-1]]
     assert cells[-3:] == ["79.0 ± 1.4 (n=2)", "42.0 ± 1.4 (n=2), mean pooling", "not run yet"]
+    variant = next(line for line in report.summary(results).splitlines() if line.startswith("| gmlp-dropout0"))
+    assert [cell.strip() for cell in variant.split("|")[1:-1]][-3:] == ["–", "–", "–"]
 
 
 def test_the_equal_time_budget_is_the_fastest_models_whole_run_however_its_step_time_rounds():

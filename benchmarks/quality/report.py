@@ -18,7 +18,8 @@ PAGES = (ROOT / "docs" / "quality.md", ROOT / "README.md")  # the pages with gen
 
 def summary(results: dict) -> str:
     """The README's table: per model, pretraining at equal steps and time, where each seed's curve leaves the plateau
-    (its first evaluation at or below half the unigram perplexity), and the fine-tuning means."""
+    (its first evaluation at or below half the unigram perplexity), and the fine-tuning means ("–" for the dropout
+    variants, which are pretrained only)."""
     derived = results["pretrain_derived"]
     tasks = results.get("finetune", {}).get("tasks", {})
     steps = max(row["max_steps"] for row in results["pretrain"].values())
@@ -41,7 +42,7 @@ def summary(results: dict) -> str:
             ),
         }
         for task, label, key, scale in SUMMARY_TASKS:
-            cells[label] = task_cell(tasks.get(task, {}), name, key, scale)
+            cells[label] = task_cell(tasks.get(task, {}), name, key, scale) if name in MODELS else "–"
         rows.append(cells)
     unigram = f"{floor['valid']['perplexity']:.1f}"
     rows.append(
