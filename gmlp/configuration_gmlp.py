@@ -5,6 +5,7 @@ from transformers.configuration_utils import PreTrainedConfig
 
 SGU_VARIANTS = ("multiplicative_split", "multiplicative", "additive", "linear")
 SPATIAL_WEIGHT_TYPES = ("toeplitz", "dense")
+SGU_KERNELS = ("auto", "triton", "torch")
 CLASSIFIER_POOLINGS = ("first", "mean")
 # The cache layer type of a gMLP block (`GMLPConfig.layer_types`; its classes are in modeling_gmlp.py).
 SPATIAL_GATING_LAYER_TYPE = "spatial_gating"
@@ -67,7 +68,8 @@ class GMLPBlockConfig(PreTrainedConfig):
     sgu_variant: str = "multiplicative_split"
     spatial_weight_type: str = "toeplitz"
     spatial_init_eps: float = 1e-3
-    spatial_fft_min_length: int = 1024
+    spatial_fft_min_length: int | None = None
+    sgu_kernel: str = "auto"
     tiny_attention_size: int = 0
     num_sgu_heads: int = 1
     is_decoder: bool = False
@@ -102,6 +104,12 @@ class GMLPBlockConfig(PreTrainedConfig):
             raise ValueError(
                 f"Unknown `spatial_weight_type` {self.spatial_weight_type!r}; "
                 f"choose one of {', '.join(SPATIAL_WEIGHT_TYPES)}."
+            )
+        if self.sgu_kernel not in SGU_KERNELS:
+            raise ValueError(f"Unknown `sgu_kernel` {self.sgu_kernel!r}; choose one of {', '.join(SGU_KERNELS)}.")
+        if self.spatial_fft_min_length is not None and self.spatial_fft_min_length < 1:
+            raise ValueError(
+                f"`spatial_fft_min_length` must be at least 1 (or None for the device's cross-over), got {self.spatial_fft_min_length}."
             )
         if self.sgu_variant == "multiplicative_split" and self.intermediate_size % 2:
             raise ValueError(
@@ -159,7 +167,11 @@ class GMLPConfig(GMLPBlockConfig):
         spatial_fft_min_length: In eager mode, tokens in order at least this many use an FFT for the Toeplitz
             product (O(n log n)); fewer multiply by the materialised matrix, which is faster there. Compiled or
             exported, a model whose n (max_position_embeddings) is at least this uses the FFT at every length, so
-            that one graph serves every length.
+            that one graph serves every length. None (the default): the cross-over measured on the device the
+            weights are on (`modeling_gmlp.FFT_MIN_LENGTH`: 1,024 tokens on a CPU, 9,216 on a CUDA GPU).
+        sgu_kernel: How the spatial gating unit runs: `"auto"` (the default: the fused Triton kernel of
+            `kernels_gmlp.py` on CUDA where it applies, PyTorch otherwise), `"triton"` (the kernel wherever Triton
+            runs, its CPU interpreter included) or `"torch"` (always PyTorch).
         tiny_attention_size: Size of aMLP's single-head tiny attention; 0 gives gMLP.
         num_sgu_heads: Number of groups of gate channels, each with its own spatial W.
         is_decoder: Causal mode: W is lower-triangular and the tiny attention causal (for `GMLPForCausalLM`).

@@ -5,6 +5,9 @@ Imports only torch, transformers and `configuration_gmlp`, so that a saved check
 `trust_remote_code=True` where this package is not installed.
 """
 
+from dataclasses import dataclass
+from functools import cache
+
 import torch
 from torch import nn
 from torch.nn import CrossEntropyLoss
@@ -28,12 +31,31 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, auto_docstring, is_torchdynamo_compiling
+from transformers.utils import TransformersKwargs, auto_docstring, is_torchdynamo_compiling, logging
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_gmlp import SPATIAL_GATING_LAYER_TYPE, GMLPConfig, GMLPVisionConfig
+
+logger = logging.get_logger(__name__)
+
+# The length from which a Toeplitz product of tokens in order runs as an FFT, by device type, where the config leaves
+# it open (`spatial_fft_min_length=None`): measured forward and backward, the FFT is 1.4x the dense product at 1,024
+# tokens on a CPU (docs/benchmarks.md, "Sequence length"); on an H200 the dense product wins up to 8,192 tokens (the
+# FFT 0.60x at 4,096, 0.89x at 8,192, 1.81x at 16,384), a cross-over near 9,200.
+FFT_MIN_LENGTH = {"cpu": 1024, "cuda": 9216}
+
+
+@cache
+def load_sgu_kernel():
+    """The fused spatial gating unit of `kernels_gmlp.py` where Triton can run it (CUDA, or Triton's interpreter);
+    None elsewhere. Imported relatively, so that `save_pretrained` copies the file for `trust_remote_code` users."""
+    try:
+        from .kernels_gmlp import is_available, spatial_gating
+    except ImportError:
+        return None
+    return spatial_gating if is_available() else None
 
 
 class GMLPEmbeddings(nn.Module):
@@ -53,67 +75,208 @@ class GMLPEmbeddings(nn.Module):
     ) -> torch.Tensor:
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
+        if token_type_ids is not None and token_type_ids.shape != inputs_embeds.shape[:2]:
+            raise ValueError(
+                f"`token_type_ids` has shape {tuple(token_type_ids.shape)} but must have the inputs' shape {tuple(inputs_embeds.shape[:2])}."
+            )
         if token_type_ids is None:
             token_type_ids = torch.zeros(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
         return self.dropout(inputs_embeds + self.token_type_embeddings(token_type_ids))
 
 
-class TokenPositions:
-    """Where the tokens of one forward pass sit: the position of each query (the new tokens) and of each key (the
-    cached tokens, then the new ones), shapes (1 or batch, queries) and (1 or batch, keys); a first axis of 1 is shared
-    by the whole batch.
+def sequence_starts(position_ids: torch.Tensor, token_mask: torch.Tensor | None) -> torch.Tensor:
+    """Where a packed row starts a new sequence, (batch, length): at a real token whose position does not increase on
+    the real token before it (`DataCollatorWithFlattening` restarts each sequence at 0). Unlike Transformers'
+    `find_packed_sequence_indices`, which starts one wherever the position does not grow by exactly 1, increasing
+    positions with gaps stay one sequence: W takes any positions in [0, n)."""
+    starts = torch.zeros_like(position_ids, dtype=torch.bool)
+    starts[:, 1:] = position_ids[:, 1:] <= position_ids[:, :-1]
+    if token_mask is not None:
+        starts[:, 1:] &= token_mask[:, 1:] & token_mask[:, :-1]
+    return starts
 
-    `segments` (keyword-only), for packed rows: which sequence of its row each token belongs to, (batch, length), the
-    queries and keys being the same tokens; tokens of different sequences never mix. `in_order` (keyword-only; only
-    `sequential` sets it): queries and keys are the same tokens, one sequence per row, at their index less a shift per
-    row, so that the Toeplitz product is a convolution along the row (the FFT's case: W[i, j] depends on i - j only).
-    """
 
-    def __init__(
-        self, query: torch.Tensor, key: torch.Tensor, *, segments: torch.Tensor | None = None, in_order: bool = False
-    ):
-        self.query, self.key, self.segments, self.in_order = query, key, segments, in_order
+@dataclass(frozen=True)
+class PackedRows:
+    """The sequences of packed rows moved to rows of their own, one per sequence, zero-padded to the longest: token t
+    of the batch (flattened) goes to slot `slot[t]` of row `row[t]`. The gating unit runs on these rows, so that no
+    weight reaches across a sequence boundary and the product costs what the sequences' own would."""
 
-    def offsets(self) -> torch.Tensor:
-        """Each query's offset from each key, (1 or batch, queries, keys): the Toeplitz entry W[i, j] = w[i - j].
-        Computed where the direct product needs it and not kept: a cached copy would be a side effect inside the
-        recomputed (checkpointed) gating unit, which torch.compile cannot trace."""
-        return self.query[:, :, None] - self.key[:, None, :]
+    row: torch.Tensor
+    slot: torch.Tensor
+    layout: "TokenLayout"  # the rows': (sequences, longest)
 
     @classmethod
-    def sequential(cls, length: int, device: torch.device, shift: torch.Tensor | None = None) -> "TokenPositions":
+    def from_segments(cls, segments: torch.Tensor, positions: torch.Tensor, token_mask: torch.Tensor | None):
+        new = torch.ones_like(segments, dtype=torch.bool)
+        new[:, 1:] = segments[:, 1:] != segments[:, :-1]
+        new = new.flatten()
+        row = new.long().cumsum(0) - 1
+        slot = torch.arange(new.numel(), device=new.device) - new.nonzero().flatten()[row]
+        count, width = int(row[-1]) + 1, int(slot.max()) + 1
+        row_positions = positions.new_zeros(count, width)
+        row_positions[row, slot] = positions.expand_as(segments).flatten()
+        row_mask = torch.zeros(count, width, dtype=torch.bool, device=new.device)
+        row_mask[row, slot] = True if token_mask is None else token_mask.flatten()
+        # Sequences at 0, 1, ... (as DataCollatorWithFlattening numbers them) take the in-order paths (a dense W's
+        # leading block, the FFT, the fused kernel). Compiled, the check would guard on data: positions stay explicit.
+        in_order = (row_positions == torch.arange(width, device=new.device)) | ~row_mask
+        if not is_torchdynamo_compiling() and bool(in_order.all()):
+            layout = TokenLayout.sequential(width, new.device, token_mask=row_mask)
+        else:
+            layout = TokenLayout(query=row_positions, key=row_positions, token_mask=row_mask)
+        return cls(row=row, slot=slot, layout=layout)
+
+    def unpack(self, tensor: torch.Tensor | None) -> torch.Tensor | None:
+        """(batch, length, channels) -> (sequences, longest, channels), zero past each sequence's end."""
+        if tensor is None:
+            return None
+        rows = tensor.new_zeros(*self.layout.token_mask.shape, tensor.shape[-1])
+        rows[self.row, self.slot] = tensor.flatten(0, 1)
+        return rows
+
+    def pack(self, rows: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+        """The inverse of `unpack`: (sequences, longest, channels) -> (batch, length, channels)."""
+        return rows[self.row, self.slot].view(*shape[:2], -1)
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """Where the tokens of one forward pass sit, decided once per forward (`make_token_layout`) and read by every
+    block and head.
+
+    `query` and `key`: the position (row and column of W, entry of b) of each new token and of each key (the cached
+    tokens, then the new ones), (1 or batch, tokens); a first axis of 1 is shared by the whole batch. `token_mask`:
+    the new tokens that are real (not padding), (batch, length), or None when all are. `in_order`: queries and keys
+    are the same tokens, each row's at its index less a shift, so that a Toeplitz product is a convolution along the
+    row (the FFT's case). `explicit`: the positions came from the caller without a cache (no cache can continue from
+    them). `segments` and `packed`: for rows that pack several sequences, which sequence of its row each token belongs
+    to (batch, length), and the sequences moved to rows of their own; None otherwise.
+    """
+
+    query: torch.Tensor
+    key: torch.Tensor
+    token_mask: torch.Tensor | None = None
+    in_order: bool = False
+    explicit: bool = False
+    segments: torch.Tensor | None = None
+    packed: PackedRows | None = None
+
+    @property
+    def same_sequence(self):
+        """For packed rows, the mask function (Transformers' `and_mask_function`) that keeps the tiny attention within
+        each sequence; None otherwise."""
+        if self.segments is None:
+            return None
+        segments = self.segments
+
+        def same_sequence(batch_idx, head_idx, q_idx, kv_idx):
+            return segments[batch_idx, q_idx] == segments[batch_idx, kv_idx]
+
+        return same_sequence
+
+    @property
+    def shared_in_order(self) -> bool:
+        """Tokens at 0..L-1 in every row: W's leading L x L block serves the whole batch."""
+        return self.in_order and self.query.shape[0] == 1
+
+    @classmethod
+    def sequential(
+        cls, length: int, device: torch.device, *, shift: torch.Tensor | None = None, token_mask=None
+    ) -> "TokenLayout":
         """Token i at position i - shift (of its row; 0 without `shift`), for rows of `length` tokens and no cache."""
         positions = torch.arange(length, device=device)[None]
         if shift is not None:
-            positions = (positions - shift[:, None]).clamp(min=0)
-        return cls(positions, positions, in_order=True)
+            positions = (positions - shift).clamp(min=0)
+        return cls(query=positions, key=positions, token_mask=token_mask, in_order=True)
 
 
-def sequence_segments(position_ids: torch.Tensor) -> torch.Tensor:
-    """Which packed sequence of its row each token belongs to, (batch, length): a new sequence starts wherever the
-    position does not increase (DataCollatorWithFlattening restarts it at 0); increasing positions with gaps stay one
-    sequence."""
-    starts = torch.ones_like(position_ids, dtype=torch.bool)
-    starts[:, 1:] = position_ids[:, 1:] <= position_ids[:, :-1]
-    return starts.long().cumsum(-1) - 1
+def make_token_layout(
+    config: GMLPConfig,
+    input_ids: torch.Tensor | None = None,
+    inputs_embeds: torch.Tensor | None = None,
+    *,
+    attention_mask: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    cache: Cache | None = None,
+    cu_seq_lens_q: torch.Tensor | None = None,
+) -> TokenLayout:
+    """The one place that checks the inputs' shapes and decides positions, padding and packing from them.
+
+    Without `position_ids`, token i is at position i, less, in causal mode, the row's leading padding (so that a
+    left-padded row uses W and b as the same tokens alone would); with a cache, the keys are the cached tokens then the
+    new ones, counted the same way. Explicit `position_ids` without a cache (or flash attention's `cu_seq_lens_q`)
+    may pack several sequences in a row (`sequence_starts`); the row may then be longer than n, each sequence not.
+    """
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("You must specify exactly one of input_ids or inputs_embeds.")
+    inputs = input_ids if input_ids is not None else inputs_embeds[..., 0]
+    if inputs.ndim != 2 or inputs.shape[1] < 1:
+        raise ValueError(
+            f"Expected inputs of shape (batch_size, sequence_length) with at least one token, got {tuple(inputs.shape)}."
+        )
+    (batch, length), device = inputs.shape, inputs.device
+    if cache is not None:
+        check_cache_layers(cache, config.num_hidden_layers)
+    cached_length = 0 if cache is None else cache.get_seq_length()
+    if attention_mask is not None and tuple(attention_mask.shape) != (batch, cached_length + length):
+        raise ValueError(
+            f"`attention_mask` has shape {tuple(attention_mask.shape)} but must have shape {(batch, cached_length + length)} (the cached tokens and the new ones): the inputs have shape {(batch, length)}."
+        )
+    token_mask = None if attention_mask is None else attention_mask[:, -length:].bool()
+    leading_padding = None
+    if config.is_decoder and attention_mask is not None:
+        leading_padding = (attention_mask.long().cumsum(-1) == 0).sum(-1, keepdim=True)
+    if cu_seq_lens_q is not None and position_ids is None:
+        tokens = torch.arange(length, device=device)
+        starts = cu_seq_lens_q[torch.searchsorted(cu_seq_lens_q[1:].to(tokens.dtype), tokens, right=True)]
+        position_ids = (tokens - starts)[None].expand(batch, -1)
+    explicit = cache is None and position_ids is not None
+    if not explicit:
+        check_length(config, length, cached_length)
+    if cache is not None:
+        keys = torch.arange(cached_length + length, device=device)[None]
+        if leading_padding is not None:
+            keys = (keys - leading_padding).clamp(min=0)
+        queries = keys[:, -length:] if position_ids is None else position_ids
+        return TokenLayout(query=queries, key=keys, token_mask=token_mask)
+    if position_ids is None:
+        return TokenLayout.sequential(length, device, shift=leading_padding, token_mask=token_mask)
+    check_positions(config, position_ids)
+    starts = sequence_starts(position_ids, token_mask)
+    if not is_torchdynamo_compiling() and not bool(starts.any()):
+        return TokenLayout(query=position_ids, key=position_ids, token_mask=token_mask, explicit=True)
+    segments = starts.long().cumsum(-1)
+    return TokenLayout(
+        query=position_ids,
+        key=position_ids,
+        token_mask=token_mask,
+        explicit=True,
+        segments=segments,
+        packed=PackedRows.from_segments(segments, position_ids, token_mask),
+    )
 
 
-def segments_from_boundaries(cu_seq_lens: torch.Tensor, length: int) -> torch.Tensor:
-    """The segments of one packed row, (1, length), from its cumulative sequence lengths (flash attention's
-    `cu_seq_lens_*`: 0, len_1, len_1 + len_2, ...)."""
-    tokens = torch.arange(length, device=cu_seq_lens.device)
-    return torch.searchsorted(cu_seq_lens[1:].to(tokens.dtype), tokens, right=True)[None]
+def check_length(config: GMLPConfig, length: int, cached_length: int) -> None:
+    """Refuse more tokens than the spatial weights are sized for, naming both numbers."""
+    n = config.max_position_embeddings
+    if cached_length + length > n:
+        cache_note = f" ({cached_length} cached + {length} new)" if cached_length else ""
+        raise ValueError(
+            f"Input sequence length {cached_length + length}{cache_note} exceeds this model's maximum sequence length {n} (`max_position_embeddings`, the size n of the spatial weights). Truncate the inputs to {n} tokens (e.g. `tokenizer(..., truncation=True, max_length={n})`) or use a model configured with a larger `max_position_embeddings`."
+        )
 
 
-def sequence_layout(segments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For packed rows' segments (batch, length): each token's sequence, counted over the whole batch in order, and
-    its index within that sequence, both flattened to (batch * length,)."""
-    starts = torch.ones_like(segments, dtype=torch.bool)
-    starts[:, 1:] = segments[:, 1:] != segments[:, :-1]
-    starts = starts.flatten()
-    sequence = starts.long().cumsum(0) - 1
-    tokens = torch.arange(starts.numel(), device=segments.device)
-    return sequence, tokens - starts.nonzero().flatten()[sequence]
+def check_positions(config: GMLPConfig, positions: torch.Tensor) -> None:
+    """Explicit (or packed) positions must lie in [0, n - 1]: each packed sequence must fit in n tokens. Reading the
+    values syncs with an accelerator and would split a compiled graph, so the check runs in eager mode only."""
+    if is_torchdynamo_compiling():
+        return
+    low, high, n = int(positions.min()), int(positions.max()), config.max_position_embeddings
+    if low < 0 or high >= n:
+        raise ValueError(
+            f"position_ids must be in [0, {n - 1}] (the model's n = max_position_embeddings), got values from {low} to {high}. A packed row (padding-free batch) restarts its positions at 0 for each sequence, and each sequence must fit in {n} tokens: truncate longer ones."
+        )
 
 
 class GMLPSpatialProjection(nn.Module):
@@ -122,12 +285,9 @@ class GMLPSpatialProjection(nn.Module):
     W is either dense or Toeplitz (W[i, j] = w[i - j + n - 1], 2n - 1 parameters). Each query row i mixes the keys j
     with W[position of i, position of j] and adds b[position of i], so that an input of length L <= n uses the leading
     L x L block of W and the first L entries of b, and cached decoding and left padding use the rows and columns of
-    their real positions; tokens of different packed sequences do not mix (a block-diagonal W). In causal mode W is
-    lower-triangular.
+    their real positions. In causal mode W is lower-triangular.
 
-    A Toeplitz W runs its product for tokens in order (`TokenPositions.in_order`) as an FFT, from
-    `spatial_fft_min_length` tokens on in eager mode (where it pays off); compiled or exported, from the model's n
-    (every length by FFT if n >= `spatial_fft_min_length`), so that one graph serves every length (`takes_fft`).
+    A Toeplitz W runs its product for tokens in order as an FFT from the FFT's cross-over length on (`takes_fft`).
     """
 
     def __init__(self, config: GMLPConfig):
@@ -136,7 +296,7 @@ class GMLPSpatialProjection(nn.Module):
         self.num_heads = config.num_sgu_heads
         self.is_toeplitz = config.spatial_weight_type == "toeplitz"
         self.is_causal = config.is_decoder
-        self.fft_min_length = config.spatial_fft_min_length
+        self.config_fft_min_length = config.spatial_fft_min_length
         weight_shape = (self.num_heads, 2 * self.n - 1) if self.is_toeplitz else (self.num_heads, self.n, self.n)
         # W = 0 and b = 1 (Section 2.1) already here, so that a unit built on its own is defined; the model's
         # `_init_weights` then draws W uniformly in +-spatial_init_eps / n.
@@ -153,61 +313,56 @@ class GMLPSpatialProjection(nn.Module):
             return self.weight.masked_fill(later, 0.0)
         return self.weight.tril()
 
-    def weight_at(self, positions: TokenPositions) -> torch.Tensor:
+    def weight_at(self, layout: TokenLayout) -> torch.Tensor:
         """W[query positions, key positions] for every head: (1 or batch, heads, queries, keys)."""
         weight = self.applied_weight()
-        if not self.is_toeplitz and positions.in_order and positions.query.shape[0] == 1:
+        if not self.is_toeplitz and layout.shared_in_order:
             # Tokens at 0..L-1: a dense W's leading block, sliced rather than gathered by index (whose backward pass
             # sorts L^2 indices). A Toeplitz W is gathered: unfolding its diagonals would fix the length of a
             # compiled or exported graph.
-            length = positions.query.shape[1]
+            length = layout.query.shape[1]
             return weight[:, :length, :length][None]
         if self.is_toeplitz:
-            weight = weight[:, positions.offsets() + self.n - 1]
+            weight = weight[:, layout.query[:, :, None] - layout.key[:, None, :] + self.n - 1]
         else:
-            weight = weight[:, positions.query[:, :, None], positions.key[:, None, :]]
+            weight = weight[:, layout.query[:, :, None], layout.key[:, None, :]]
         return weight.transpose(0, 1)
+
+    def bias_at(self, layout: TokenLayout) -> torch.Tensor:
+        """b at the query positions for every head: (1 or batch, heads, queries)."""
+        return self.bias[:, layout.query].transpose(0, 1)
 
     def matrix(self, length: int) -> torch.Tensor:
         """The leading (length x length) block of W as applied, for every head: (heads, length, length)."""
-        return self.weight_at(TokenPositions.sequential(length, self.weight.device))[0]
+        return self.weight_at(TokenLayout.sequential(length, self.weight.device))[0]
 
-    def forward(self, gate: torch.Tensor, positions: TokenPositions | None = None) -> torch.Tensor:
-        """gate: (batch, keys, channels) -> (batch, queries, channels), mixed along the tokens. Without `positions`,
+    def forward(self, gate: torch.Tensor, layout: TokenLayout | None = None) -> torch.Tensor:
+        """gate: (batch, keys, channels) -> (batch, queries, channels), mixed along the tokens. Without a `layout`,
         token i is at position i."""
-        if positions is None:
-            positions = TokenPositions.sequential(gate.shape[1], gate.device)
-        if positions.segments is not None:
-            return self.per_sequence(gate, positions)
+        if layout is None:
+            layout = TokenLayout.sequential(gate.shape[1], gate.device)
         heads = gate.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # (batch, heads, keys, channels/heads)
-        if self.takes_fft(positions, heads.shape[2]):
+        if self.takes_fft(layout, heads.shape[2]):
             mixed = self.fft_product(heads)
         else:
-            mixed = torch.matmul(self.weight_at(positions).to(heads.dtype), heads)
-        bias = self.bias[:, positions.query].transpose(0, 1)[..., None]  # (1 or batch, heads, queries, 1)
-        return (mixed + bias.to(mixed.dtype)).transpose(1, 2).flatten(2)
+            mixed = torch.matmul(self.weight_at(layout).to(heads.dtype), heads)
+        mixed = mixed + self.bias_at(layout)[..., None].to(mixed.dtype)
+        return mixed.transpose(1, 2).flatten(2)
 
-    def per_sequence(self, gate: torch.Tensor, positions: TokenPositions) -> torch.Tensor:
-        """Packed rows: each sequence's gates moved to a row of their own (zero-padded), mixed there at their
-        positions, and put back. No weight reaches across a boundary, and the product costs what the padded
-        sequences' would, not the whole row's."""
-        sequence, index = sequence_layout(positions.segments)
-        count, width = int(sequence[-1]) + 1, int(index.max()) + 1
-        rows = gate.new_zeros(count, width, gate.shape[-1])
-        rows[sequence, index] = gate.flatten(0, 1)
-        row_positions = positions.query.new_zeros(count, width)
-        row_positions[sequence, index] = positions.query.expand(gate.shape[0], -1).flatten()
-        mixed = self(rows, TokenPositions(row_positions, row_positions))
-        return mixed[sequence, index].view(*gate.shape[:2], -1)
-
-    def takes_fft(self, positions: TokenPositions, length: int) -> bool:
-        """The one choice between the FFT and the direct product. The FFT needs a Toeplitz W and tokens in order; in
-        eager mode it runs from `spatial_fft_min_length` tokens on, where it is the faster; compiled or exported the
-        choice cannot depend on the length without a graph per side of the threshold (and `torch.export` would bound
-        the length below it), so there it follows the model's n."""
-        if not (self.is_toeplitz and positions.in_order):
+    def takes_fft(self, layout: TokenLayout, length: int) -> bool:
+        """The one choice between the FFT and the direct product. The FFT needs a Toeplitz W and tokens in order, and
+        pays off from a cross-over length that depends on the device (`fft_min_length`); compiled or exported, the
+        choice cannot depend on the length without a graph per side of it (and `torch.export` would bound the length
+        below it), so there it follows the model's n."""
+        if not (self.is_toeplitz and layout.in_order):
             return False
         return (self.n if is_torchdynamo_compiling() else length) >= self.fft_min_length
+
+    @property
+    def fft_min_length(self) -> int:
+        """The length from which tokens in order take the FFT: the config's `spatial_fft_min_length`, or the
+        cross-over of the device the weights are on (`FFT_MIN_LENGTH`)."""
+        return self.config_fft_min_length or FFT_MIN_LENGTH.get(self.weight.device.type, FFT_MIN_LENGTH["cpu"])
 
     def fft_product(self, heads: torch.Tensor) -> torch.Tensor:
         """The Toeplitz product W @ heads for tokens in order, as a linear convolution by FFT in O(L log L)."""
@@ -288,36 +443,86 @@ class GMLPTinyAttention(nn.Module):
 
 
 class GMLPSpatialGatingUnit(nn.Module):
-    """The SGU s(Z) and the variants of Table 3. With the default split variant (Eq. 3): Z1 * f(norm(Z2))."""
+    """The SGU s(Z) of Eq. (3) and the variants of Table 3, from the channel expansion's output Z (before GELU): with
+    the default split variant, Z1 * f(norm(Z2)), the spatial projection f's output plus aMLP's tiny attention.
 
-    def __init__(self, config: GMLPConfig):
+    On CUDA the whole unit runs as one fused Triton op (`kernels_gmlp.py`, `config.sgu_kernel`) where it applies
+    (`kernel_for`): no cache, tokens in order, the direct product, exact GELU; it keeps only Z for its backward pass
+    and rebuilds the rest there, so it is memory-lean by construction.
+    """
+
+    def __init__(self, config: GMLPConfig, layer_idx: int = 0):
         super().__init__()
+        self.layer_idx = layer_idx
         self.variant = config.sgu_variant
+        self.activation = ACT2FN[config.hidden_act]
+        self.exact_gelu = config.hidden_act == "gelu"
+        self.kernel_choice = config.sgu_kernel
         self.gate_norm = nn.LayerNorm(config.gate_size, eps=config.layer_norm_eps)
         self.spatial_proj = GMLPSpatialProjection(config)
 
-    def split(self, hidden_states: torch.Tensor, token_mask: torch.Tensor | None = None):
-        """The content Z1 and the normalised gate norm(Z2) (both Z for the unsplit variants)."""
-        if self.variant == "multiplicative_split":
-            content, gate = hidden_states.chunk(2, dim=-1)
-        else:
-            content = gate = hidden_states
-        gate = self.gate_norm(gate)
-        if token_mask is not None:
-            # Zeroing padding before mixing makes real positions independent of how much padding there is.
-            gate = gate * token_mask
-        return content, gate
-
     def forward(
         self,
-        content: torch.Tensor,
-        gate: torch.Tensor,
-        positions: TokenPositions | None = None,
+        projected: torch.Tensor,
+        *,
+        layout: TokenLayout,
         tiny_attention_output: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        recompute: bool = False,
     ) -> torch.Tensor:
-        """s(Z) from `split`'s output: the spatial projection of the gate (which may also hold cached earlier
-        tokens), plus the tiny attention, gating the content of the current tokens."""
-        gate = self.spatial_proj(gate, positions)
+        """s(GELU(Z)) for the new tokens. `cache`: write their gates into the block's layer of it and mix all the
+        gates so far. `recompute`: keep only Z and the tiny attention's output for the backward pass
+        (`torch.utils.checkpoint`) and recompute the rest there."""
+        if layout.packed is not None:
+            rows = layout.packed
+            gated = self(
+                rows.unpack(projected),
+                layout=rows.layout,
+                tiny_attention_output=rows.unpack(tiny_attention_output),
+                recompute=recompute,
+            )
+            return rows.pack(gated, projected.shape)
+        kernel = self.kernel_for(projected, layout, cache)
+        if kernel is not None:
+            spatial = self.spatial_proj
+            return kernel(
+                projected,
+                self.gate_norm.weight,
+                self.gate_norm.bias,
+                spatial.weight_at(layout)[0],
+                spatial.bias_at(layout)[0],
+                eps=self.gate_norm.eps,
+                variant=self.variant,
+                token_mask=layout.token_mask,
+                tiny_attention_output=tiny_attention_output,
+            )
+        if recompute and cache is None:
+            return checkpoint(
+                self.gating,
+                projected,
+                layout,
+                tiny_attention_output,
+                None,
+                use_reentrant=False,
+                preserve_rng_state=False,
+            )
+        return self.gating(projected, layout, tiny_attention_output, cache)
+
+    def gating(self, projected, layout: TokenLayout, tiny_attention_output, cache) -> torch.Tensor:
+        """The unit in PyTorch: GELU, the split, the gate's LayerNorm (zeroed at padding), the spatial projection
+        (over the cached gates too), the tiny attention and the variant's gating."""
+        activated = self.activation(projected)
+        if self.variant == "multiplicative_split":
+            content, gate = activated.chunk(2, dim=-1)
+        else:
+            content = gate = activated
+        gate = self.gate_norm(gate)
+        if layout.token_mask is not None:
+            # Zeroing padding before mixing makes real positions independent of how much padding there is.
+            gate = gate * layout.token_mask[..., None]
+        if cache is not None:
+            gate = cache.layers[self.layer_idx].update_gates(gate)[:, : layout.key.shape[1]]  # static: the buffer
+        gate = self.spatial_proj(gate, layout)
         if tiny_attention_output is not None:
             gate = gate + tiny_attention_output
         if self.variant == "linear":
@@ -325,6 +530,28 @@ class GMLPSpatialGatingUnit(nn.Module):
         if self.variant == "additive":
             return content + gate
         return content * gate
+
+    def kernel_for(self, projected: torch.Tensor, layout: TokenLayout, cache: Cache | None):
+        """The one choice of the fused Triton unit (returned) over the PyTorch path (None). `sgu_kernel="auto"` takes
+        it for CUDA tensors, `"triton"` wherever Triton runs (also under its CPU interpreter), `"torch"` never. Where
+        it does not cover the case, the PyTorch path runs and the reason is logged once."""
+        if self.kernel_choice == "torch" or cache is not None:
+            return None
+        if self.kernel_choice == "auto" and projected.device.type != "cuda":
+            return None
+        kernel = load_sgu_kernel()
+        if kernel is None:
+            reason = "Triton is not installed or cannot run here"
+        elif not layout.shared_in_order:
+            reason = "the tokens are not at positions 0..L-1 in every row (explicit positions or causal left padding)"
+        elif self.spatial_proj.takes_fft(layout, projected.shape[1]):
+            reason = "this length takes the FFT product"
+        elif not self.exact_gelu:
+            reason = f"hidden_act is {self.activation.__class__.__name__}, the kernel computes exact GELU only"
+        else:
+            return kernel
+        logger.warning_once(f"gMLP's fused spatial gating unit does not apply here ({reason}): the PyTorch path runs.")
+        return None
 
 
 def drop_path(hidden_states: torch.Tensor, drop_prob: float, training: bool) -> torch.Tensor:
@@ -343,11 +570,6 @@ class GMLPLayer(GradientCheckpointingLayer):
     In cached decoding the block keeps, in its layer of the cache, the normalised and padding-masked gates of the
     earlier tokens (position t's gate is sum_{j<=t} W[t, j] norm(Z2)_j + b_t, so a new token costs one token's channel
     projections and one row of W) and the tiny attention's keys and values.
-
-    With `config.recompute_gating` (the default) a training step keeps only the block's input, its normalised input,
-    U's output and the tiny attention's own states for the backward pass and recomputes `gating` there
-    (`torch.utils.checkpoint`): GELU's output, the normalised gate, the spatial product and the FFT's spectra are most
-    of what a gMLP block would otherwise keep, and they cost little to recompute.
     """
 
     def __init__(self, config: GMLPConfig, layer_idx: int = 0):
@@ -355,68 +577,47 @@ class GMLPLayer(GradientCheckpointingLayer):
         self.layer_idx = layer_idx
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.channel_proj_in = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.activation = ACT2FN[config.hidden_act]
         self.tiny_attention = GMLPTinyAttention(config, layer_idx) if config.tiny_attention_size > 0 else None
-        self.sgu = GMLPSpatialGatingUnit(config)
+        self.sgu = GMLPSpatialGatingUnit(config, layer_idx)
         self.channel_proj_out = nn.Linear(config.gate_size, config.hidden_size)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.drop_path_rate = config.drop_path_rate
         self.recompute_gating = config.recompute_gating
 
+    @property
+    def recomputes_gating(self) -> bool:
+        """Whether this training step recomputes the gating unit in its backward pass (`config.recompute_gating`):
+        GELU's output, the normalised gate, the spatial product and the FFT's spectra are most of what a gMLP block
+        would otherwise keep, and they cost little to recompute. Gradient checkpointing of the whole block (outside)
+        already recomputes it."""
+        return self.recompute_gating and self.training and torch.is_grad_enabled() and not self.gradient_checkpointing
+
     def forward(
         self,
         hidden_states: torch.Tensor,
-        padding_mask: torch.Tensor | None = None,
-        positions: TokenPositions | None = None,
+        *,
+        layout: TokenLayout,
+        tiny_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
-        attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
-        """`padding_mask`: 1 for real tokens, 0 for padding, over the cached tokens and these, (batch, cached +
-        length); `attention_mask`: the tiny attention's mask, in the form its attention implementation takes."""
+        """`layout`: the tokens' positions, padding and packing (`make_token_layout`); `tiny_attention_mask`: the tiny
+        attention's mask, in the form its attention implementation takes."""
         normed = self.norm(hidden_states)
-        projected = self.channel_proj_in(normed)
         tiny_attention_output = None
         if self.tiny_attention is not None:
-            tiny_attention_output, _ = self.tiny_attention(normed, attention_mask, cache, **kwargs)
-        gating_inputs = {
-            "projected": projected,
-            "tiny_attention_output": tiny_attention_output,
-            "padding_mask": padding_mask,
-            "positions": positions,
-            "cache": cache,
-        }
-        recompute = self.recompute_gating and self.training and torch.is_grad_enabled() and cache is None
-        # Gradient checkpointing of the whole block (outside) already recomputes the gating unit.
-        if recompute and not self.gradient_checkpointing:
-            gated = checkpoint(self.gating, use_reentrant=False, preserve_rng_state=False, **gating_inputs)
-        else:
-            gated = self.gating(**gating_inputs)
+            tiny_attention_output, _ = self.tiny_attention(
+                normed, attention_mask=tiny_attention_mask, cache=cache, **kwargs
+            )
+        gated = self.sgu(
+            self.channel_proj_in(normed),
+            layout=layout,
+            tiny_attention_output=tiny_attention_output,
+            cache=cache,
+            recompute=self.recomputes_gating,
+        )
         block_output = self.dropout(self.channel_proj_out(gated))
         return hidden_states + drop_path(block_output, self.drop_path_rate, self.training)
-
-    def gating(
-        self,
-        projected: torch.Tensor,
-        tiny_attention_output: torch.Tensor | None,
-        padding_mask: torch.Tensor | None,
-        positions: TokenPositions | None,
-        cache: Cache | None,
-    ) -> torch.Tensor:
-        """s(GELU(Z)) of Eq. (3) from U's output Z, with the tiny attention's output added to the spatial projection:
-        the block's token mixing, whose output V projects back to the residual stream."""
-        length = projected.shape[1]
-        token_mask = None if padding_mask is None else padding_mask[:, -length:, None].to(projected.dtype)
-        content, gate = self.sgu.split(self.activation(projected), token_mask)
-        if cache is not None:
-            gate = self.cached_gates(cache, gate, positions)
-        return self.sgu(content, gate, positions, tiny_attention_output)
-
-    def cached_gates(self, cache: Cache, gate: torch.Tensor, positions: TokenPositions) -> torch.Tensor:
-        """Write these tokens' gates into the block's layer of `cache`; return the gates of all the tokens so far (the
-        cached ones, then these)."""
-        gates = cache.layers[self.layer_idx].update_gates(gate)
-        return gates[:, : positions.key.shape[1]]  # a static cache returns its whole buffer
 
 
 class GMLPDynamicLayer(DynamicLayer):
@@ -547,13 +748,13 @@ class GMLPEncoder(nn.Module):
         self.layer = nn.ModuleList([GMLPLayer(config, layer_idx) for layer_idx in range(config.num_hidden_layers)])
 
     def forward(
-        self,
-        hidden_states: torch.Tensor,
-        padding_mask: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ):
+        self, hidden_states: torch.Tensor, *, layout: TokenLayout | None = None, **kwargs: Unpack[TransformersKwargs]
+    ) -> torch.Tensor:
+        """The blocks in turn; without a `layout`, token i is at position i and all tokens are real."""
+        if layout is None:
+            layout = TokenLayout.sequential(hidden_states.shape[1], hidden_states.device)
         for layer_module in self.layer:
-            hidden_states = layer_module(hidden_states, padding_mask, **kwargs)
+            hidden_states = layer_module(hidden_states, layout=layout, **kwargs)
         return hidden_states
 
 
@@ -580,36 +781,26 @@ class GMLPClassificationHead(nn.Module):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        segments: torch.Tensor | None = None,
+        *,
+        token_mask: torch.Tensor | None = None,
+        packed: PackedRows | None = None,
     ) -> torch.Tensor:
-        """(batch, length, hidden) -> (batch, outputs); for packed rows (`segments`, see `sequence_segments`) one
-        output per sequence, in order: (sequences, outputs)."""
-        if segments is not None:
-            pooled = pool_sequences(hidden_states, segments, self.pooling)
-        elif self.pooling == "mean":
-            pooled = mean_over_tokens(hidden_states, attention_mask)
+        """(batch, length, hidden) -> (batch, outputs), pooled over the real tokens (`token_mask`); for packed rows,
+        one output per sequence, those of row 0 first: (sequences, outputs)."""
+        if packed is not None:
+            hidden_states, token_mask = packed.unpack(hidden_states), packed.layout.token_mask
+        if self.pooling == "mean":
+            pooled = mean_over_tokens(hidden_states, token_mask)
         else:
             pooled = hidden_states[:, 0]
         return self.out_proj(self.dropout(torch.tanh(self.dense(pooled))))
 
 
-def pool_sequences(hidden_states: torch.Tensor, segments: torch.Tensor, pooling: str) -> torch.Tensor:
-    """Each packed sequence's first token or mean, (sequences, hidden), the sequences of row 0 first."""
-    sequence, index = sequence_layout(segments)
-    flat = hidden_states.flatten(0, 1)
-    if pooling != "mean":
-        return flat[index == 0]
-    count = int(sequence[-1]) + 1
-    sums = flat.new_zeros(count, flat.shape[-1]).index_add_(0, sequence, flat)
-    return sums / torch.bincount(sequence, minlength=count)[:, None].to(flat.dtype)
-
-
-def mean_over_tokens(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+def mean_over_tokens(hidden_states: torch.Tensor, token_mask: torch.Tensor | None) -> torch.Tensor:
     """The mean of `hidden_states` over the sequence, counting only real tokens when a mask is given."""
-    if attention_mask is None:
+    if token_mask is None:
         return hidden_states.mean(dim=1)
-    weights = attention_mask[..., None].to(hidden_states.dtype)
+    weights = token_mask[..., None].to(hidden_states.dtype)
     return (hidden_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
 
 
@@ -721,6 +912,7 @@ class GMLPModel(GMLPPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         cache: Cache | None = None,
         use_cache: bool | None = None,
+        token_layout: TokenLayout | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | BaseModelOutputWithPast:
         r"""
@@ -731,7 +923,8 @@ class GMLPModel(GMLPPreTrainedModel):
             spatial projection and masked in the tiny attention, so right-padded sequences give the same outputs at
             their real positions as unpadded ones; in causal mode positions start at each row's first real token,
             so left padding is exact too (padding belongs at the ends of a row).
-        token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids.
+        token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): BERT's token types
+            (which sentence of a pair each token belongs to).
         position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): the position of each
             token (which row of W and entry of b it uses); by default its index, less the row's leading padding in
             causal mode. Without a cache they may pack several sequences in a row (padding-free batching: each
@@ -741,139 +934,56 @@ class GMLPModel(GMLPPreTrainedModel):
         cache (`Cache`, *optional*): causal mode: the earlier tokens' gates (and tiny-attention keys and
             values), as returned with `use_cache=True`; updated in place.
         use_cache (`bool`, *optional*): causal mode: return the cache, to decode one token at a time. A training
-            step (training mode, gradients on) makes none unless one is passed in: with `config.recompute_gating` it
-            recomputes its gates rather than keep them.
+            step (training mode, gradients on) makes none unless one is passed in.
+        token_layout (`TokenLayout`, *optional*): the layout `make_token_layout` made of these inputs, for a head that
+            reads it too; made here otherwise.
         """
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("You must specify exactly one of input_ids or inputs_embeds.")
-        input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
         if not self.config.is_decoder:
             use_cache, cache = False, None  # only causal blocks can be decoded token by token
-        if self.training and torch.is_grad_enabled() and self.config.recompute_gating and cache is None:
-            use_cache = False  # a training step recomputes its gates instead of keeping them (see GMLPLayer)
-        # Explicit positions without a cache may pack several sequences in a row: no cache to continue from then.
-        packed = cache is None and (position_ids is not None or kwargs.get("cu_seq_lens_q") is not None)
-        if use_cache and cache is None and not packed:
+        elif cache is None and self.training and torch.is_grad_enabled():
+            use_cache = False  # a training step keeps no cache (and may recompute its gates: GMLPLayer)
+        if token_layout is None:
+            token_layout = make_token_layout(
+                self.config,
+                input_ids,
+                inputs_embeds,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                cu_seq_lens_q=kwargs.get("cu_seq_lens_q"),
+            )
+        if use_cache and cache is None and not token_layout.explicit:
             cache = DynamicCache(config=self.config)
-        if cache is not None:
-            check_cache_layers(cache, self.config.num_hidden_layers)
-        cached_length = cache.get_seq_length() if cache is not None else 0
-        self._check_input_shape(input_shape, attention_mask, token_type_ids, cached_length, packed)
-        positions = self._positions(input_shape, attention_mask, position_ids, cache, kwargs)
-        if position_ids is not None or packed:
-            self._check_positions(positions.query)
         hidden_states = self.embeddings(input_ids, token_type_ids, inputs_embeds)
-        tiny_attention_mask = self._tiny_attention_mask(hidden_states, attention_mask, cache, positions)
         hidden_states = self.encoder(
             hidden_states,
-            attention_mask,
-            positions=positions,
+            layout=token_layout,
+            tiny_attention_mask=self._tiny_attention_mask(hidden_states, attention_mask, cache, token_layout),
             cache=cache,
-            attention_mask=tiny_attention_mask,
             **kwargs,
         )
         sequence_output = self.final_norm(hidden_states)
         return BaseModelOutputWithPast(last_hidden_state=sequence_output, cache=cache if use_cache else None)
 
-    def _positions(self, input_shape, attention_mask, position_ids, cache: Cache | None, kwargs) -> TokenPositions:
-        """The query and key positions (and packed sequences) for the spatial projection.
-
-        Without a cache or `position_ids`, token i is at position i, less, in causal mode, the row's leading padding,
-        so that a left-padded row uses W and b as the same tokens alone would. With a cache the keys are the cached
-        tokens followed by the new ones, counted the same way. Explicit `position_ids` (or flash attention's
-        `cu_seq_lens_q`) may pack several sequences in a row: a sequence starts wherever the position does not
-        increase (or at each boundary), and tokens of different sequences do not mix."""
-        batch, length = input_shape
-        device = self.device
-        boundaries = kwargs.get("cu_seq_lens_q")
-        if cache is None and position_ids is None and boundaries is None:
-            shift = None
-            if self.config.is_decoder and attention_mask is not None:
-                shift = (attention_mask.long().cumsum(-1) == 0).sum(-1)  # the leading padding of each row
-            return TokenPositions.sequential(length, device, shift)
-        if cache is not None:
-            cached_length = cache.get_seq_length()
-            if self.config.is_decoder and attention_mask is not None:
-                leading_padding = (attention_mask.long().cumsum(-1) == 0).sum(-1, keepdim=True)
-                key_positions = (torch.arange(cached_length + length, device=device)[None] - leading_padding).clamp(0)
-            else:
-                key_positions = torch.arange(cached_length + length, device=device)[None]
-            query_positions = position_ids if position_ids is not None else key_positions[:, -length:]
-            return TokenPositions(query_positions, key_positions)
-        if position_ids is not None:
-            segments = sequence_segments(position_ids)
-        else:
-            segments = segments_from_boundaries(boundaries, length).expand(batch, -1)
-            starts = torch.searchsorted(segments[0], segments[0], right=False)  # each token's sequence start
-            position_ids = (torch.arange(length, device=device) - starts)[None].expand(batch, -1)
-        return TokenPositions(position_ids, position_ids, segments=segments)
-
-    def _tiny_attention_mask(self, hidden_states, attention_mask, cache, positions: TokenPositions):
+    def _tiny_attention_mask(self, hidden_states, attention_mask, cache, layout: TokenLayout):
         """The tiny attention's padding (and, in causal mode, causal) mask in the form its attention implementation
         takes, built once for all blocks, with no attention across packed sequences; None for gMLP."""
         if not self.config.tiny_attention_size:
             return None
-        same_sequence = None
-        if positions.segments is not None:
-            segments = positions.segments
-
-            def same_sequence(batch_idx, head_idx, q_idx, kv_idx):
-                return segments[batch_idx, q_idx] == segments[batch_idx, kv_idx]
-
         if self.config.is_decoder:
             return create_causal_mask(
                 config=self.config,
                 inputs_embeds=hidden_states,
                 attention_mask=attention_mask,
                 cache=cache,
-                and_mask_function=same_sequence,
+                and_mask_function=layout.same_sequence,
             )
         return create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
-            and_mask_function=same_sequence,
+            and_mask_function=layout.same_sequence,
         )
-
-    def _check_input_shape(
-        self, input_shape, attention_mask, token_type_ids, cached_length: int = 0, packed: bool = False
-    ):
-        """Clear errors for inputs the spatial weights cannot take, before they fail deep inside torch. A packed row
-        (explicit positions, no cache) may be longer than n: each of its sequences must fit (`_check_positions`)."""
-        if len(input_shape) != 2:
-            raise ValueError(f"Expected inputs of shape (batch_size, sequence_length), got {tuple(input_shape)}.")
-        length, n = input_shape[1], self.config.max_position_embeddings
-        if cached_length + length > n and not packed:
-            cache_note = f" ({cached_length} cached + {length} new)" if cached_length else ""
-            raise ValueError(
-                f"Input sequence length {cached_length + length}{cache_note} exceeds this model's maximum sequence length "
-                f"{n} (`max_position_embeddings`, the size n of the spatial weights). Truncate the inputs to "
-                f"{n} tokens (e.g. `tokenizer(..., truncation=True, max_length={n})`) or use a model "
-                f"configured with a larger `max_position_embeddings`."
-            )
-        if length < 1:
-            raise ValueError("Input sequences must contain at least one token.")
-        expected = {"attention_mask": (input_shape[0], cached_length + length), "token_type_ids": tuple(input_shape)}
-        for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-            if tensor is not None and tuple(tensor.shape) != expected[name]:
-                covers = " (the cached tokens and the new ones)" if cached_length and name == "attention_mask" else ""
-                raise ValueError(
-                    f"`{name}` has shape {tuple(tensor.shape)} but must have shape {expected[name]}{covers}: the "
-                    f"inputs have shape {tuple(input_shape)}."
-                )
-
-    def _check_positions(self, positions: torch.Tensor) -> None:
-        """Explicit (or packed) positions must lie in [0, n - 1]: each packed sequence must fit in n tokens. Reading
-        the values syncs with an accelerator and would split a compiled graph, so the check runs in eager mode only."""
-        if is_torchdynamo_compiling():
-            return
-        low, high, n = int(positions.min()), int(positions.max()), self.config.max_position_embeddings
-        if low < 0 or high >= n:
-            raise ValueError(
-                f"position_ids must be in [0, {n - 1}] (the model's n = max_position_embeddings), got values from "
-                f"{low} to {high}. A packed row (padding-free batch) restarts its positions at 0 for each sequence, "
-                f"and each sequence must fit in {n} tokens: truncate longer ones."
-            )
 
 
 def check_cache_layers(cache: Cache, num_layers: int) -> None:
@@ -895,7 +1005,7 @@ def check_cache_layers(cache: Cache, num_layers: int) -> None:
         )
 
 
-def check_labels(labels: torch.Tensor, num_classes: int, name: str = "labels") -> None:
+def check_labels(labels: torch.Tensor, num_classes: int) -> None:
     """Raise a clear error for class labels outside [0, num_classes) (-100, the ignore index, is allowed).
 
     The check reads tensor values: on the CPU that is free, but on an accelerator it would force a device sync at every
@@ -906,7 +1016,7 @@ def check_labels(labels: torch.Tensor, num_classes: int, name: str = "labels") -
     if not bool(valid.all()):
         bad = labels[~valid][0].item()
         raise ValueError(
-            f"{name} must be in [0, {num_classes - 1}] (or -100 to ignore a position), got {bad}. Check that the "
+            f"labels must be in [0, {num_classes - 1}] (or -100 to ignore a position), got {bad}. Check that the "
             f"labels are mapped to ids and that the model has the right `num_labels`/`vocab_size`."
         )
 
@@ -945,6 +1055,7 @@ class GMLPForMaskedLM(GMLPPreTrainedModel):
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         sparse_prediction: bool = False,
@@ -960,6 +1071,7 @@ class GMLPForMaskedLM(GMLPPreTrainedModel):
             input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
+            position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             return_dict=True,
             **kwargs,
@@ -1013,13 +1125,17 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
     def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
         """Refuse, before the first step, a generation longer than the spatial weights (rather than fail mid-way)."""
         super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
-        n = self.config.max_position_embeddings
-        if generation_config.max_length > n:
+        n, prompt = self.config.max_position_embeddings, input_ids_length
+        new = generation_config.max_length - prompt
+        if prompt + new > n:
+            fixes = []
+            if prompt < n:
+                fixes.append(f"ask for at most {n - prompt} new tokens (`max_new_tokens`)")
+            if new < n:
+                fixes.append(f"shorten the prompt to at most {n - new} tokens (n - max_new_tokens)")
+            fix = " or ".join(fixes) or f"shorten the prompt and ask for fewer new tokens, {n} in all"
             raise ValueError(
-                f"The prompt has {input_ids_length} tokens and {generation_config.max_length - input_ids_length} new "
-                f"ones are asked for: {generation_config.max_length} in all, more than this model's n = "
-                f"max_position_embeddings = {n}. Ask for at most {max(0, n - input_ids_length)} new tokens "
-                "(`max_new_tokens`) or shorten the prompt."
+                f"The prompt has {prompt} tokens and {new} new ones are asked for: {prompt + new} in all, more than this model's n = max_position_embeddings = {n}. To fit, {fix}."
             )
 
     def _get_static_cache_init_shape(self):
@@ -1106,24 +1222,30 @@ class GMLPForSequenceClassification(GMLPPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | SequenceClassifierOutput:
         r"""
-        position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): without an
-            `attention_mask`, a padding-free batch: several sequences packed in a row, each restarting its positions
-            at 0; the logits then hold one row per sequence, in order.
+        position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): may pack several
+            sequences in a row (a padding-free batch, each restarting its positions at 0); the logits then hold one
+            row per sequence, in order.
         labels (`torch.Tensor` of shape `(batch_size,)` or `(batch_size, num_labels)`, *optional*): class ids,
             regression targets (`num_labels == 1`) or multi-hot float targets; one per sequence when packed.
         """
+        layout = make_token_layout(
+            self.config,
+            input_ids,
+            inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cu_seq_lens_q=kwargs.get("cu_seq_lens_q"),
+        )
         outputs = self.gmlp(
             input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
-            position_ids=position_ids,
             inputs_embeds=inputs_embeds,
+            token_layout=layout,
             return_dict=True,
             **kwargs,
         )
-        packed = position_ids is not None and attention_mask is None
-        segments = sequence_segments(position_ids) if packed else None
-        logits = self.classifier(outputs.last_hidden_state, attention_mask, segments)
+        logits = self.classifier(outputs.last_hidden_state, token_mask=layout.token_mask, packed=layout.packed)
         loss = self.classification_loss(logits, labels) if labels is not None else None
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
@@ -1146,6 +1268,7 @@ class GMLPForMultipleChoice(GMLPPreTrainedModel):
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
@@ -1159,15 +1282,18 @@ class GMLPForMultipleChoice(GMLPPreTrainedModel):
         def flatten_choices(tensor):
             return None if tensor is None else tensor.flatten(0, 1)
 
+        attention_mask = flatten_choices(attention_mask)
         outputs = self.gmlp(
             flatten_choices(input_ids),
-            attention_mask=flatten_choices(attention_mask),
+            attention_mask=attention_mask,
             token_type_ids=flatten_choices(token_type_ids),
+            position_ids=flatten_choices(position_ids),
             inputs_embeds=flatten_choices(inputs_embeds),
             return_dict=True,
             **kwargs,
         )
-        logits = self.classifier(outputs.last_hidden_state, flatten_choices(attention_mask)).view(-1, num_choices)
+        token_mask = None if attention_mask is None else attention_mask.bool()
+        logits = self.classifier(outputs.last_hidden_state, token_mask=token_mask).view(-1, num_choices)
         loss = None
         if labels is not None:
             check_labels(labels, num_choices)
@@ -1196,6 +1322,7 @@ class GMLPForTokenClassification(GMLPPreTrainedModel):
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
@@ -1208,6 +1335,7 @@ class GMLPForTokenClassification(GMLPPreTrainedModel):
             input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
+            position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             return_dict=True,
             **kwargs,
@@ -1238,6 +1366,7 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         start_positions: torch.Tensor | None = None,
         end_positions: torch.Tensor | None = None,
@@ -1247,21 +1376,24 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
         start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*): token index of
             the answer's first and last token; positions outside the sequence are clamped and ignored, as in BERT.
         """
-        if (
-            kwargs.get("position_ids") is not None
-            and attention_mask is None
-            and not is_torchdynamo_compiling()
-            and bool((sequence_segments(kwargs["position_ids"])[:, -1] > 0).any())
-        ):
+        layout = make_token_layout(
+            self.config,
+            input_ids,
+            inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cu_seq_lens_q=kwargs.get("cu_seq_lens_q"),
+        )
+        if layout.packed is not None:
             raise ValueError(
-                "Question answering finds one answer span per row, but these position_ids pack several sequences "
-                "in a row (padding-free batching). Pad the batch instead (e.g. DataCollatorWithPadding)."
+                "Question answering finds one answer span per row, but these position_ids pack several sequences in a row (padding-free batching). Pad the batch instead (e.g. DataCollatorWithPadding)."
             )
         outputs = self.gmlp(
             input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             inputs_embeds=inputs_embeds,
+            token_layout=layout,
             return_dict=True,
             **kwargs,
         )

@@ -278,7 +278,7 @@ def uses_fft(graph: torch.fx.Graph) -> bool:
     [
         ("gmlp-tiny", 32, [(1, 2), (3, 17), (2, 32)]),
         ("amlp-tiny", 32, [(1, 2), (3, 17), (2, 32)]),
-        # n >= spatial_fft_min_length (1,024): the exported Toeplitz product runs as an FFT at every length.
+        # n >= the CPU's FFT cross-over (1,024): the exported Toeplitz product runs as an FFT at every length.
         ("gmlp-tiny", 1024, [(1, 2), (3, 17), (1, 1023), (2, 1024)]),
     ],
 )
@@ -286,7 +286,7 @@ def test_torch_export_with_dynamic_shapes_matches_eager_up_to_n(preset, n, shape
     torch.manual_seed(0)
     model = GMLPModel(deploy_config(preset, max_position_embeddings=n)).eval()
     program = torch.export.export(model, (), kwargs=token_batch(2, 12, seed=0), dynamic_shapes=dynamic_shapes(n))
-    assert uses_fft(program.graph) == (n >= model.config.spatial_fft_min_length)
+    assert uses_fft(program.graph) == (n >= model.encoder.layer[0].sgu.spatial_proj.fft_min_length)
     exported = program.module()
     for seed, (batch_size, length) in enumerate(shapes):
         inputs = token_batch(batch_size, length, seed=seed)

@@ -102,6 +102,7 @@ def test_a_sharded_model_saves_its_own_code_and_loads_as_remote_code(variant, sh
     assert sorted(path.name for path in folder.iterdir()) == [
         "config.json",
         "configuration_gmlp.py",
+        "kernels_gmlp.py",
         "model.safetensors",
         "modeling_gmlp.py",
     ]

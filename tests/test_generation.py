@@ -6,6 +6,8 @@ The spatial weights are set far from their initial values (W near 0, b = 1), whe
 be invisible: every test would pass at initialisation even with left padding handled wrongly.
 """
 
+import re
+
 import pytest
 import torch
 from transformers import DynamicCache, StaticCache, cache_utils
@@ -320,14 +322,20 @@ def test_fft_path_without_cache_agrees_with_cached_decoding(trained_looking):
         assert_same_decoding(cached, recomputed)
 
 
-def test_too_long_a_generation_is_refused_before_it_starts(trained_looking):
+@pytest.mark.parametrize(
+    ("prompt_length", "new", "fix"),
+    [
+        (5, 20, "ask for at most 19 new tokens (`max_new_tokens`) or shorten the prompt to at most 4 tokens"),
+        (30, 4, "shorten the prompt to at most 20 tokens (n - max_new_tokens)."),
+    ],
+    ids=["too many new tokens", "prompt longer than n"],
+)
+def test_too_long_a_generation_is_refused_before_it_starts_with_the_fix(trained_looking, prompt_length, new, fix):
     model = trained_looking()
-    with pytest.raises(
-        ValueError,
-        match="The prompt has 5 tokens and 20 new ones are asked for: 25 in all, more than "
-        "this model's n = max_position_embeddings = 24. Ask for at most 19",
-    ):
-        model.generate(prompt_ids(), max_new_tokens=20, do_sample=False)
+    total = prompt_length + new
+    message = f"The prompt has {prompt_length} tokens and {new} new ones are asked for: {total} in all, more than this model's n = max_position_embeddings = 24. To fit, {fix}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        model.generate(torch.ones(1, prompt_length, dtype=torch.long), max_new_tokens=new, do_sample=False)
 
 
 def test_a_cached_step_beyond_n_is_refused(trained_looking):

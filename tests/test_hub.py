@@ -87,7 +87,12 @@ def test_saved_directory_carries_auto_map_and_code_files(tiny_config, tmp_path):
     assert config["auto_map"]["AutoConfig"] == "configuration_gmlp.GMLPConfig"
     for auto_class, model_class, _ in AUTO_CLASSES:
         assert config["auto_map"][auto_class.__name__] == f"modeling_gmlp.{model_class.__name__}"
-    assert (tmp_path / "modeling_gmlp.py").exists() and (tmp_path / "configuration_gmlp.py").exists()
+    # the model's code, its config's and the CUDA kernels it imports relatively, for trust_remote_code users
+    assert {path.name for path in tmp_path.glob("*.py")} == {
+        "modeling_gmlp.py",
+        "configuration_gmlp.py",
+        "kernels_gmlp.py",
+    }
     assert isinstance(AutoConfig.from_pretrained(tmp_path), GMLPConfig)
 
 

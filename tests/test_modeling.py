@@ -19,7 +19,7 @@ from gmlp import (
     GMLPForTokenClassification,
     GMLPModel,
 )
-from gmlp.modeling_gmlp import GMLPSpatialGatingUnit, GMLPSpatialProjection, TokenPositions, drop_path
+from gmlp.modeling_gmlp import GMLPSpatialGatingUnit, GMLPSpatialProjection, TokenLayout, drop_path
 
 # Every test builds its models and inputs on the selected device (conftest.py's --device); those that take `dtype`
 # also run in bf16 in a --dtype bf16 pass, comparing with bf16's tolerance.
@@ -158,7 +158,7 @@ def test_fft_toeplitz_product_agrees_with_the_direct_one(spatial_projection, cau
     gate = torch.randn(2, length, 24, dtype=dtype, requires_grad=True)
     direct = projection(gate)
     direct_grads = torch.autograd.grad(direct.square().sum(), [gate, projection.weight, projection.bias])
-    projection.fft_min_length = 1  # every length now takes the FFT path
+    projection.config_fft_min_length = 1  # every length now takes the FFT path
     via_fft = projection(gate)
     fft_grads = torch.autograd.grad(via_fft.square().sum(), [gate, projection.weight, projection.bias])
     assert_close(via_fft, direct, atol=1e-4, rtol=1e-4)
@@ -179,7 +179,7 @@ def test_fft_path_is_chosen_by_length_in_eager_mode_and_by_n_when_compiled(spati
     projection(torch.randn(1, 31, 24))
     projection(torch.randn(1, 32, 24))
     gapped = torch.arange(0, 40, 2)[None]
-    projection(torch.randn(1, 20, 24), TokenPositions(gapped, gapped))
+    projection(torch.randn(1, 20, 24), TokenLayout(query=gapped, key=gapped))
     assert calls == [32]
     monkeypatch.setattr("gmlp.modeling_gmlp.is_torchdynamo_compiling", lambda: True)
     projection(torch.randn(1, 3, 24))
@@ -199,7 +199,8 @@ def test_sgu_variants_compute_table_3s_formulas(tiny_config, variant, dtype):
         sgu.spatial_proj.bias.normal_()
         sgu.gate_norm.weight.normal_()
     sgu.to(dtype)
-    z = torch.randn(2, 6, config.intermediate_size, dtype=dtype)
+    projected = torch.randn(2, 6, config.intermediate_size, dtype=dtype)
+    z = F.gelu(projected)
 
     def f(gate):
         return sgu.spatial_proj(F.layer_norm(gate, gate.shape[-1:], sgu.gate_norm.weight, sgu.gate_norm.bias, 1e-5))
@@ -210,7 +211,7 @@ def test_sgu_variants_compute_table_3s_formulas(tiny_config, variant, dtype):
         "additive": lambda: z + f(z),
         "linear": lambda: f(z),
     }[variant]()
-    output = sgu(*sgu.split(z))
+    output = sgu(projected, layout=TokenLayout.sequential(6, projected.device))
     assert_close(output, expected)
     assert output.shape[-1] == config.gate_size
 

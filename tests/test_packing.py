@@ -61,12 +61,16 @@ def test_a_packed_token_classifier_batch_equals_each_sequence_alone(tiny_config,
 
 
 def test_question_answering_refuses_a_packed_row_by_name(tiny_config, rows):
-    model = GMLPForQuestionAnswering(tiny_config()).eval()
+    model = drawn_away(GMLPForQuestionAnswering(tiny_config()))
     ids, positions = pack(rows)
     with pytest.raises(ValueError, match="one answer span per row.*Pad the batch instead"):
         model(ids, position_ids=positions)
-    # explicit positions of one sequence per row are not packing
-    model(rows[0][None], position_ids=torch.arange(LENGTHS[0])[None])
+    # explicit positions of one sequence per row are not packing: the same logits as the default positions
+    with torch.no_grad():
+        explicit = model(rows[0][None], position_ids=torch.arange(LENGTHS[0])[None])
+        default = model(rows[0][None])
+    torch.testing.assert_close(explicit.start_logits, default.start_logits)
+    torch.testing.assert_close(explicit.end_logits, default.end_logits)
 
 
 def test_the_sentence_flattening_collator_keeps_token_types_and_one_label_per_example():

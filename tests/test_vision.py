@@ -31,6 +31,7 @@ from gmlp.convert_timm import (
     timm_image_processor,
 )
 from gmlp.convert_timm import main as convert_main
+from gmlp.modeling_gmlp import TokenLayout
 from gmlp.tasks.image_classification import image_processor_for, load_digits_dataset
 
 # The model's tests build their models and inputs on the selected device (conftest.py's --device); those marked
@@ -140,10 +141,11 @@ def test_patches_mix_only_through_the_spatial_weights(tiny_vision_config):
 def test_stochastic_depth_drops_whole_samples_and_rescales_the_kept_ones(tiny_vision_config):
     layer = GMLPVisionModel(tiny_vision_config(drop_path_rate=0.5)).encoder.layer[0]
     hidden = seeded(torch.randn, 64, 16, 32, seed=1)
+    layout = TokenLayout.sequential(16, hidden.device)
     with torch.no_grad():
-        update = layer.eval()(hidden) - hidden
+        update = layer.eval()(hidden, layout=layout) - hidden
         torch.manual_seed(0)
-        train_update = layer.train()(hidden) - hidden
+        train_update = layer.train()(hidden, layout=layout) - hidden
     kept = [bool(torch.allclose(train_update[i], update[i] / 0.5, atol=1e-5)) for i in range(64)]
     dropped = [bool(torch.equal(train_update[i], torch.zeros_like(update[i]))) for i in range(64)]
     assert all(k != d for k, d in zip(kept, dropped))
