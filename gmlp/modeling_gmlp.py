@@ -658,33 +658,39 @@ class GMLPDynamicLayer(DynamicLayer):
             self.gates = self.gates[:, : -abs(tokens_to_remove)]
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        self._with_gates(super().batch_repeat_interleave, repeats, lambda gates: gates.repeat_interleave(repeats, 0))
+        if self.is_initialized:
+            super().batch_repeat_interleave(repeats)
+        self._change_gates(lambda gates: gates.repeat_interleave(repeats, 0))
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._with_gates(super().batch_select_indices, indices, lambda gates: gates[indices])
+        if self.is_initialized:
+            super().batch_select_indices(indices)
+        self._change_gates(lambda gates: gates[indices])
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self._with_gates(
-            super().reorder_cache, beam_idx, lambda gates: gates.index_select(0, beam_idx.to(gates.device))
-        )
+        if self.is_initialized:
+            super().reorder_cache(beam_idx)
+        self._change_gates(lambda gates: gates.index_select(0, beam_idx.to(gates.device)))
 
     def offload(self) -> None:
-        self._with_gates(super().offload, None, lambda gates: gates.to("cpu", non_blocking=True))
+        if self.is_initialized:
+            super().offload()
+        self._change_gates(lambda gates: gates.to("cpu", non_blocking=True))
 
     def prefetch(self) -> None:
-        self._with_gates(super().prefetch, None, lambda gates: gates.to(self.device, non_blocking=True))
+        if self.is_initialized:
+            super().prefetch()
+        self._change_gates(lambda gates: gates.to(self.device, non_blocking=True))
 
     def reset(self) -> None:
         super().reset()
         self.gates = self.gate_storage = None
 
-    def _with_gates(self, method, argument, change_gates) -> None:
-        """DynamicLayer's `method` on the keys and values (gMLP has none), and the same change on the gates, which are
-        new tensors now, no longer the storage's."""
-        if self.is_initialized:
-            method(*(() if argument is None else (argument,)))
+    def _change_gates(self, change) -> None:
+        """The same change on the gates as DynamicLayer made on the keys and values (gMLP has none); the gates are a
+        new tensor then, no longer the storage's."""
         if self.gates is not None:
-            self.gates = change_gates(self.gates)
+            self.gates = change(self.gates)
         self.gate_storage = None
 
 
