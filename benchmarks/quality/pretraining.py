@@ -1,5 +1,5 @@
-"""MLM pretraining runs (run_mlm.py on WikiText-2 train, validation on valid under a fixed mask, the last
-checkpoint's test perplexity), and the recipe search that chooses each model's rate, warm-up and schedule."""
+"""MLM pretraining runs (run_mlm.py on WikiText-2 train, validation on valid under a fixed mask, the last checkpoint's
+test perplexity), and the recipe search that chooses each model's rate, warm-up and schedule."""
 
 import json
 import math
@@ -8,17 +8,17 @@ from pathlib import Path
 
 from gmlp.tasks.checkpoints import checkpoint_folders, checkpoint_problem
 
-from .context import PRIORITY, TRAIN_FILE, Context
+from .context import TRAIN_FILE, Context, MissingRun, settings_key
 from .models import DROPOUT_VARIANTS
-from .runs import MissingRun, settings_key, trainer_outputs
 
+RECIPE_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps")
 SEARCH_SCHEDULE = "constant_with_warmup"
 # Rates a model's search tries beyond --search_rates: post-LN BERT is known to be fragile at high rates, and at 1e-3
 # it stayed near the unigram floor in an earlier probe (so it gets one rate more than the MLP models, not fewer).
 EXTRA_RATES = {"bert": (1e-4,)}
-# What a record of this code's holds; an older one with less is rebuilt from its run's outputs where they exist.
-RECORD_FIELDS = {"test_perplexity", "accuracy_curve", "train_runtime"}
 START_STEP_FILE = "resumed_at_step"  # in a resumed run's output: the step of the checkpoint it resumed from
+# run_mlm.py's evaluation, the same for the validation curve and the last checkpoint's test figures
+EVALUATION = {"max_seq_length": 128, "do_eval": True, "per_device_eval_batch_size": 64, "report_to": "none"}
 
 
 def settings(ctx: Context, config, recipe: dict) -> dict:
@@ -30,9 +30,7 @@ def settings(ctx: Context, config, recipe: dict) -> dict:
         "train_file": TRAIN_FILE,
         "max_steps": recipe.get("max_steps", args.max_steps),
         "batch_size": args.batch_size,
-        "learning_rate": recipe["learning_rate"],
-        "lr_scheduler_type": recipe["lr_scheduler_type"],
-        "warmup_steps": recipe["warmup_steps"],
+        **{key: recipe[key] for key in RECIPE_FIELDS},
         "weight_decay": 0.01,
         "eval_steps": args.eval_steps,
         "max_eval_samples": args.max_eval_samples,
@@ -41,67 +39,55 @@ def settings(ctx: Context, config, recipe: dict) -> dict:
 
 
 def finished(output: Path, max_steps: int) -> bool:
-    """Whether `output` holds a run that reached `max_steps` and saved its weights and metrics (a run whose benchmark
-    process stopped before writing its record is taken as it is, not run again)."""
-    names = ("eval_results.json", "trainer_state.json", "model.safetensors")
-    if not all((output / name).exists() for name in names):
+    """Whether `output` holds a run that reached `max_steps` and saved its weights and metrics."""
+    if not all((output / name).exists() for name in ("eval_results.json", "trainer_state.json", "model.safetensors")):
         return False
     return json.loads((output / "trainer_state.json").read_text())["global_step"] == max_steps
 
 
-def pretrain(
-    ctx: Context,
-    name: str,
-    seed: int,
-    recipe: dict | None = None,
-    config=None,
-    need_checkpoint: bool = False,
-    part: str = "pretrain",
-) -> dict:
+def pretrain(ctx: Context, name: str, seed: int, recipe=None, config=None, *, need_checkpoint=False) -> dict:
     """The record of `name`'s pretraining under `recipe` (default: the model's chosen one; a dropout variant's is its
-    model's) with `seed`: validation perplexity, accuracy and their curves, and the test split's figures of the last
-    checkpoint. A run it has to make waits for a slot with `part`'s priority."""
+    model's) with `seed`: validation perplexity, accuracy and their curves, and the last checkpoint's test figures.
+    A run whose record is missing is made, or taken from its output where it finished before its record was written."""
     config = ctx.configs[name] if config is None else config
     recipe = final_recipe(ctx, DROPOUT_VARIANTS.get(name, (name,))[0]) if recipe is None else recipe
     run_settings = settings(ctx, config, recipe)
     run_name = f"pretrain-{name}-{settings_key(run_settings)}-seed{seed}"
     output = ctx.args.work_dir / run_name
     with ctx.run_lock(run_name):
-        record = ctx.records.read(run_name)
-        complete = record and RECORD_FIELDS <= record.keys()
-        if record and (not complete and not finished(output, run_settings["max_steps"])):
-            return record  # an older record whose outputs are gone: taken as it is
-        if complete and (not need_checkpoint or (output / "model.safetensors").exists()):
+        record = ctx.record(run_name)
+        if record and (not need_checkpoint or (output / "model.safetensors").exists()):
             return record
         if ctx.args.report_only:
             raise MissingRun(run_name)
         if not finished(output, run_settings["max_steps"]):
-            run_mlm(ctx, run_name, output, config, run_settings, seed, PRIORITY[part])
+            run_mlm(ctx, run_name, output, config, run_settings, seed)
+        if not (output / "test" / "eval_results.json").exists():
+            evaluation = {"validation_file": ctx.wikitext / "test.txt", "output_dir": output / "test"}
+            evaluation |= {"max_eval_samples": ctx.args.max_eval_samples, "eval_mask_seed": 0}
+            ctx.script("run_mlm.py", {**EVALUATION, "model_name_or_path": output, **evaluation}, f"{run_name}-test")
         for checkpoint in checkpoint_folders(output):  # only kept to resume an interrupted run
             shutil.rmtree(checkpoint)
-        if not (output / "test" / "eval_results.json").exists():
-            evaluate_test(ctx, run_name, output, PRIORITY[part])
-        metrics, history = trainer_outputs(output)
+        metrics = json.loads((output / "eval_results.json").read_text())
         test = json.loads((output / "test" / "eval_results.json").read_text())
+        history = json.loads((output / "trainer_state.json").read_text())["log_history"]
         evaluations = [e for e in history if "eval_loss" in e]
-        return ctx.records.write(
-            run_name,
-            {
-                "kind": "pretrain",
-                "model": name,
-                "seed": seed,
-                "settings": run_settings,
-                "checkpoint": str(output),
-                "perplexity": metrics["perplexity"],
-                "accuracy": metrics["eval_accuracy"],
-                "test_perplexity": test["perplexity"],
-                "test_accuracy": test["eval_accuracy"],
-                "curve": [(e["step"], math.exp(e["eval_loss"])) for e in evaluations],
-                "accuracy_curve": [(e["step"], e["eval_accuracy"]) for e in evaluations],
-                "train_loss_curve": [(e["step"], e["loss"]) for e in history if "loss" in e],
-                "train_runtime": training_time(output, history, run_settings["max_steps"]),
-            },
-        )
+        record = {
+            "kind": "pretrain",
+            "model": name,
+            "seed": seed,
+            "settings": run_settings,
+            "checkpoint": str(output),
+            "perplexity": metrics["perplexity"],
+            "accuracy": metrics["eval_accuracy"],
+            "test_perplexity": test["perplexity"],
+            "test_accuracy": test["eval_accuracy"],
+            "curve": [(e["step"], math.exp(e["eval_loss"])) for e in evaluations],
+            "accuracy_curve": [(e["step"], e["eval_accuracy"]) for e in evaluations],
+            "train_loss_curve": [(e["step"], e["loss"]) for e in history if "loss" in e],
+            "train_runtime": training_time(output, history, run_settings["max_steps"]),
+        }
+        return ctx.save(run_name, record)
 
 
 def training_time(output: Path, history: list[dict], max_steps: int) -> float | None:
@@ -113,71 +99,36 @@ def training_time(output: Path, history: list[dict], max_steps: int) -> float | 
     return runtime and runtime * max_steps / (max_steps - start_step)
 
 
-def run_mlm(ctx: Context, run_name: str, output: Path, config, run_settings: dict, seed: int, priority: int) -> None:
+def run_mlm(ctx: Context, run_name: str, output: Path, config, run_settings: dict, seed: int) -> None:
     """run_mlm.py with the run's settings, into `output`, saving a checkpoint at each evaluation; a run interrupted
     earlier (the benchmark stopped, the machine gone) resumes from its newest complete checkpoint."""
     config_dir = ctx.args.work_dir / "configs" / run_name
     config.save_pretrained(config_dir)
-    s = run_settings
     complete = [checkpoint for checkpoint in checkpoint_folders(output) if checkpoint_problem(checkpoint) is None]
-    resume = complete[-1] if complete else None
-    if resume:
-        (output / START_STEP_FILE).write_text(resume.name.removeprefix("checkpoint-"))
-    ctx.run.script(
-        "run_mlm.py",
-        {
-            "config_name": config_dir,
-            "tokenizer_name": ctx.tokenizer,
-            "train_file": ctx.wikitext / s["train_file"],
-            "validation_file": ctx.wikitext / "valid.txt",
-            "max_seq_length": 128,
-            "do_train": True,
-            "do_eval": True,
-            "output_dir": output,
-            "max_steps": s["max_steps"],
-            "per_device_train_batch_size": s["batch_size"],
-            "per_device_eval_batch_size": 64,
-            "learning_rate": s["learning_rate"],
-            "lr_scheduler_type": s["lr_scheduler_type"],
-            "warmup_steps": s["warmup_steps"],
-            "weight_decay": s["weight_decay"],
-            "eval_strategy": "steps",
-            "eval_steps": s["eval_steps"],
-            "max_eval_samples": s["max_eval_samples"],
-            "eval_mask_seed": s["eval_mask_seed"],
-            "logging_steps": max(1, s["eval_steps"] // 4),
-            "save_strategy": "steps",
-            "save_steps": s["eval_steps"],
-            "save_total_limit": 1,
-            "resume_from_checkpoint": resume,  # the one whose step the training time counts from
-            "report_to": "none",
-            "seed": seed,
-            "data_seed": 0,
-        },
-        run_name,
-        priority,
-    )
-
-
-def evaluate_test(ctx: Context, run_name: str, output: Path, priority: int) -> None:
-    """The last checkpoint's perplexity on WikiText-2 test under the same fixed mask (run_mlm.py, evaluation only,
-    into `output`/test): reported, never used for a choice."""
-    ctx.run.script(
-        "run_mlm.py",
-        {
-            "model_name_or_path": output,
-            "validation_file": ctx.wikitext / "test.txt",
-            "max_seq_length": 128,
-            "do_eval": True,
-            "output_dir": output / "test",
-            "per_device_eval_batch_size": 64,
-            "max_eval_samples": ctx.args.max_eval_samples,
-            "eval_mask_seed": 0,
-            "report_to": "none",
-        },
-        f"{run_name}-test",
-        priority,
-    )
+    if complete:  # the step the training time counts from
+        (output / START_STEP_FILE).write_text(complete[-1].name.removeprefix("checkpoint-"))
+    s = run_settings
+    arguments = {
+        **EVALUATION,
+        "config_name": config_dir,
+        "tokenizer_name": ctx.tokenizer,
+        "train_file": ctx.wikitext / s["train_file"],
+        "validation_file": ctx.wikitext / "valid.txt",
+        "do_train": True,
+        "output_dir": output,
+        "per_device_train_batch_size": s["batch_size"],
+        **{key: s[key] for key in ("max_steps", *RECIPE_FIELDS, "weight_decay")},
+        **{key: s[key] for key in ("eval_steps", "max_eval_samples", "eval_mask_seed")},
+        "eval_strategy": "steps",
+        "logging_steps": max(1, s["eval_steps"] // 4),
+        "save_strategy": "steps",
+        "save_steps": s["eval_steps"],
+        "save_total_limit": 1,
+        "resume_from_checkpoint": complete[-1] if complete else None,
+        "seed": seed,
+        "data_seed": 0,
+    }
+    ctx.script("run_mlm.py", arguments, run_name)
 
 
 def best(records: list[dict]) -> dict:
@@ -185,7 +136,7 @@ def best(records: list[dict]) -> dict:
     return min(records, key=lambda record: record["perplexity"])
 
 
-def neighbour(rate: float, up: bool) -> float:
+def neighbour(rate: float, *, up: bool) -> float:
     """The next rate of the grid 1, 3, 10, 30, ... x 10^k above or below `rate` (itself on it)."""
     decade = math.floor(math.log10(rate) + 1e-9)
     mantissa = round(rate / 10**decade)
@@ -202,13 +153,12 @@ def search(ctx: Context, name: str) -> tuple[list[dict], bool]:
     --long_warmup_steps; (c) the best so far with a linear decay to zero instead of the constant rate. Choices by
     validation perplexity only."""
     args = ctx.args
-    seed = args.seeds[0]
     base = {"lr_scheduler_type": SEARCH_SCHEDULE, "warmup_steps": args.warmup_steps}
     rates = sorted({*args.search_rates, *EXTRA_RATES.get(name, ())})
     records = []
 
     def runs(recipes) -> bool:
-        found = ctx.parallel(lambda recipe: ctx.available(pretrain, ctx, name, seed, recipe, part="search"), recipes)
+        found = ctx.parallel(lambda recipe: ctx.available(pretrain, ctx, name, args.seeds[0], recipe), recipes)
         records.extend(record for record in found if record)
         return all(found)
 
@@ -229,13 +179,9 @@ def search(ctx: Context, name: str) -> tuple[list[dict], bool]:
     return records, runs([{**chosen, "lr_scheduler_type": "linear"}])
 
 
-RECIPE_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps")
-
-
 def final_recipe(ctx: Context, name: str) -> dict:
     """The recipe of the model's search run with the best validation perplexity, once the search is complete."""
     records, complete = search(ctx, name)
     if not complete:
         raise MissingRun(f"{name}'s recipe search (to choose its recipe)")
-    chosen = best(records)["settings"]
-    return {key: chosen[key] for key in RECIPE_FIELDS}
+    return {key: best(records)["settings"][key] for key in RECIPE_FIELDS}
