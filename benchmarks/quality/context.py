@@ -42,6 +42,11 @@ def settings_key(settings: dict) -> str:
     return hashlib.sha1(json.dumps(settings, default=str, sort_keys=True).encode()).hexdigest()[:10]
 
 
+def pick(mapping: dict, keys) -> dict:
+    """`mapping`'s items of `keys`, in that order."""
+    return {key: mapping[key] for key in keys}
+
+
 class Context:
     """The benchmark's options (`args`) and what the parts build on them."""
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .context import Context
+from .context import Context, pick
 from .finetuning import TASK_METRICS, TASKS, model_chain
 from .models import (
     DROPOUT_VARIANTS,
@@ -60,14 +60,8 @@ def search_part(ctx: Context) -> dict:
         figures = ("perplexity", "accuracy", "test_perplexity", "curve")
         return runs and {
             "complete": complete,
-            "runs": [
-                {
-                    **{key: run["settings"][key] for key in (*RECIPE_FIELDS, "max_steps")},
-                    **{key: run[key] for key in figures},
-                }
-                for run in runs
-            ],
-            "chosen": {key: best(runs)["settings"][key] for key in RECIPE_FIELDS},
+            "runs": [{**pick(run["settings"], (*RECIPE_FIELDS, "max_steps")), **pick(run, figures)} for run in runs],
+            "chosen": pick(best(runs)["settings"], RECIPE_FIELDS),
         }
 
     return per_name(ctx, one, ctx.models)
@@ -81,7 +75,7 @@ def pretrain_part(ctx: Context) -> dict:
         return runs and {
             "parameters": config_parameters(ctx.configs[name]),
             "dropout": dropout_of(ctx.configs[name]),
-            "recipe": {key: runs[0]["settings"][key] for key in RECIPE_FIELDS},
+            "recipe": pick(runs[0]["settings"], RECIPE_FIELDS),
             "max_steps": runs[0]["settings"]["max_steps"],
             **by_seed(runs),
         }
@@ -103,9 +97,9 @@ def long_part(ctx: Context) -> dict:
         run = recipe and ctx.available(pretrain, ctx, name, ctx.args.seeds[0], recipe)
         fields = ("seed", "perplexity", "test_perplexity", "accuracy", "curve", "accuracy_curve")
         return run and {
-            "recipe": {key: recipe[key] for key in RECIPE_FIELDS},
+            "recipe": pick(recipe, RECIPE_FIELDS),
             "max_steps": recipe["max_steps"],
-            **{key: run[key] for key in fields},
+            **pick(run, fields),
         }
 
     return per_name(ctx, one, ctx.models)
@@ -165,7 +159,7 @@ def finetune_part(ctx: Context) -> dict:
         for task, rows in chain["rows"].items():
             for row, runs in rows.items():
                 tasks.setdefault(task, {})[row] = {
-                    **{key: runs[0]["settings"][key] for key in ("learning_rate", "overrides", "warmup_ratio")},
+                    **pick(runs[0]["settings"], ("learning_rate", "overrides", "warmup_ratio")),
                     "seeds": [run["seed"] for run in runs],
                     **{label: [run["metrics"][key] for run in runs] for label, key in TASK_METRICS[task]},
                     "final_train_loss": [run["final_train_loss"] for run in runs],

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gmlp.tasks.checkpoints import checkpoint_folders, checkpoint_problem
 
-from .context import TRAIN_FILE, Context, MissingRun, settings_key
+from .context import TRAIN_FILE, Context, MissingRun, pick, settings_key
 from .models import DROPOUT_VARIANTS
 
 RECIPE_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps")
@@ -30,7 +30,7 @@ def settings(ctx: Context, config, recipe: dict) -> dict:
         "train_file": TRAIN_FILE,
         "max_steps": recipe.get("max_steps", args.max_steps),
         "batch_size": args.batch_size,
-        **{key: recipe[key] for key in RECIPE_FIELDS},
+        **pick(recipe, RECIPE_FIELDS),
         "weight_decay": 0.01,
         "eval_steps": args.eval_steps,
         "max_eval_samples": args.max_eval_samples,
@@ -117,8 +117,7 @@ def run_mlm(ctx: Context, run_name: str, output: Path, config, run_settings: dic
         "do_train": True,
         "output_dir": output,
         "per_device_train_batch_size": s["batch_size"],
-        **{key: s[key] for key in ("max_steps", *RECIPE_FIELDS, "weight_decay")},
-        **{key: s[key] for key in ("eval_steps", "max_eval_samples", "eval_mask_seed")},
+        **pick(s, ("max_steps", *RECIPE_FIELDS, "weight_decay", "eval_steps", "max_eval_samples", "eval_mask_seed")),
         "eval_strategy": "steps",
         "logging_steps": max(1, s["eval_steps"] // 4),
         "save_strategy": "steps",
@@ -175,7 +174,7 @@ def search(ctx: Context, name: str) -> tuple[list[dict], bool]:
     rate = best(records)["settings"]["learning_rate"]
     if not runs([{**base, "learning_rate": rate, "warmup_steps": args.long_warmup_steps}]):
         return records, False
-    chosen = {key: best(records)["settings"][key] for key in ("learning_rate", "warmup_steps")}
+    chosen = pick(best(records)["settings"], ("learning_rate", "warmup_steps"))
     return records, runs([{**chosen, "lr_scheduler_type": "linear"}])
 
 
@@ -184,4 +183,4 @@ def final_recipe(ctx: Context, name: str) -> dict:
     records, complete = search(ctx, name)
     if not complete:
         raise MissingRun(f"{name}'s recipe search (to choose its recipe)")
-    return {key: best(records)["settings"][key] for key in RECIPE_FIELDS}
+    return pick(best(records)["settings"], RECIPE_FIELDS)

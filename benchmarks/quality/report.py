@@ -11,40 +11,6 @@ from .context import ROOT
 from .models import MODELS
 
 PAGES = (ROOT / "docs" / "quality.md", ROOT / "README.md")  # the pages with generated tables
-# name -> (title, the table, the results it needs: keys of quality.json, "part.key" for a key inside a part)
-SECTIONS = {
-    "reference": ("The unigram floor (`pretrain_reference`)", tables.reference, ("pretrain_reference",)),
-    "step_time": ("Seconds per step and per evaluation (one thread, side by side)", tables.step_time, ("step_time",)),
-    "search": ("The pretraining recipe search (seed 0)", tables.search, ("search", "pretrain_reference")),
-    "pretrain_steps": ("Pretraining at equal steps", tables.pretrain_steps, ("pretrain", "pretrain_derived")),
-    "pretrain_time": (
-        "Pretraining at equal wall-clock time",
-        tables.pretrain_time,
-        ("pretrain", "step_time", "pretrain_derived"),
-    ),
-    "long": ("Longer pretraining at a constant rate (seed 0)", tables.long, ("long", "pretrain_reference")),
-    "finetune_rate": ("Fine-tuning rate: SST-2 dev accuracy (%), seed 0", tables.finetune_rate, ("finetune.sweep",)),
-    "finetune": ("Fine-tuning, each model at its best rate", tables.finetune, ("finetune.tasks",)),
-    "finetune_probes": (
-        "The transformers' fine-tuning recipe probes (seed 0), accuracy (%)",
-        tables.finetune_probes,
-        ("finetune.probes",),
-    ),
-    "sgu": ("Table 3: the SGU variants and the Transformer rows", tables.sgu, ("sgu",)),
-    "summary": ("Summary", tables.summary, ("pretrain", "step_time", "pretrain_derived")),
-    "runtime": ("The runs' time on this machine", tables.runtime, ("runtime",)),
-}
-
-
-def rendered_tables(results: dict) -> dict:
-    """name -> markdown table, for every section whose results exist."""
-
-    def found(path: str):
-        part, _, key = path.partition(".")
-        value = results.get(part)
-        return value.get(key) if key and value else value
-
-    return {name: render(results) for name, (_, render, needs) in SECTIONS.items() if all(map(found, needs))}
 
 
 def markdown(results: dict, rendered: dict) -> str:
@@ -54,7 +20,7 @@ def markdown(results: dict, rendered: dict) -> str:
         "",
     ]
     for name, table in rendered.items():
-        lines += [f"### {SECTIONS[name][0]}", "", table, ""]
+        lines += [f"### {tables.SECTIONS[name][0]}", "", table, ""]
     return "\n".join(lines)
 
 
@@ -124,7 +90,7 @@ def plot(results: dict, path: Path) -> None:
 
 def write(results: dict, output: Path, *, docs: bool) -> str:
     """quality.md and the plot beside `output`; with `docs`, the tables into docs/quality.md and the README."""
-    rendered = rendered_tables(results)
+    rendered = tables.rendered(results)
     report = markdown(results, rendered)
     output.with_suffix(".md").write_text(report)
     if results.get("pretrain_reference"):

@@ -7,10 +7,12 @@ Run it alone (`--parts step_time`), with the background runs paused or at a quie
 
 import ctypes
 import ctypes.util
+import itertools
 import os
 import platform
 import statistics
 import time
+import timeit
 
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, TrainingArguments
@@ -29,11 +31,11 @@ def timers(ctx: Context, tokenizer, name: str, batches: list, evaluation: list):
     model = AutoModelForMaskedLM.from_config(ctx.configs[name])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
     collator = MaskedLMCollator(tokenizer, sparse_prediction=ctx.configs[name].model_type == "gmlp")
-    steps = iter(range(10**9))
+    next_batch = itertools.cycle(batches).__next__
 
     def train_step():
         model.train()
-        model(**collator(batches[next(steps) % len(batches)])).loss.backward()
+        model(**collator(next_batch())).loss.backward()
         optimizer.step()
         optimizer.zero_grad()
 
@@ -44,14 +46,6 @@ def timers(ctx: Context, tokenizer, name: str, batches: list, evaluation: list):
                 model(**collator(evaluation[start : start + 64])).logits.argmax(-1)
 
     return train_step, evaluate
-
-
-def seconds(call, repeats: int) -> float:
-    """Seconds per call of `call`, over `repeats` calls."""
-    start = time.perf_counter()
-    for _ in range(repeats):
-        call()
-    return (time.perf_counter() - start) / repeats
 
 
 def measure_now(ctx: Context, rounds: int = 8, steps_per_round: int = 5, eval_rounds: int = 3) -> dict:
@@ -75,11 +69,11 @@ def measure_now(ctx: Context, rounds: int = 8, steps_per_round: int = 5, eval_ro
     steps = {name: [] for name in calls}
     for _ in range(rounds):
         for name, (train_step, _) in calls.items():
-            steps[name].append(seconds(train_step, steps_per_round))
+            steps[name].append(timeit.timeit(train_step, number=steps_per_round) / steps_per_round)
     evaluations = {name: [] for name in calls}
     for _ in range(eval_rounds):
         for name, (_, evaluate) in calls.items():
-            evaluations[name].append(seconds(evaluate, 1))
+            evaluations[name].append(timeit.timeit(evaluate, number=1))
     return {
         name: {
             "parameters": config_parameters(ctx.configs[name]),

@@ -1,4 +1,5 @@
-"""The report's tables, each a function of quality.json's results (its figures formatted, never recomputed)."""
+"""The report's tables, each a function of quality.json's results (its figures formatted, never recomputed), with
+the title it has in the report and the results it needs."""
 
 import numpy as np
 
@@ -8,6 +9,12 @@ from .models import MODELS
 from .parts import at_step, first_step_below
 
 TASK_NAMES = {"sst2": "SST-2 (dev)", "mnli": "MNLI-m (dev split)", "squad": "SQuAD v1.1 (dev split)"}
+# The summary's fine-tuning columns: (task, column, figure, scale)
+SUMMARY_TASKS = (
+    ("sst2", "SST-2 acc.", "accuracy", 100),
+    ("mnli", "MNLI-m acc.", "accuracy", 100),
+    ("squad", "SQuAD F1", "F1", 1),
+)
 # Table 3's MLM validation perplexities (about 100M parameters, the paper's own pretraining); BERT with relative
 # position biases for the relative-position Transformers.
 PAPER_TABLE3 = {
@@ -21,6 +28,30 @@ PAPER_TABLE3 = {
 }
 LONG_CHANGE_STEPS = 1000  # the long runs' table: the perplexity's change over this many last steps
 UNIGRAM = "training-split frequencies, add-one"
+# name -> (title, the table, the results it needs: keys of quality.json, "part.key" for a key inside a part), in the
+# report's order
+SECTIONS = {}
+
+
+def section(title: str, *needs: str):
+    """Adds the table to SECTIONS."""
+
+    def add(table):
+        SECTIONS[table.__name__] = (title, table, needs)
+        return table
+
+    return add
+
+
+def rendered(results: dict) -> dict:
+    """name -> markdown table, for every section whose results exist."""
+
+    def found(path: str):
+        part, _, key = path.partition(".")
+        value = results.get(part)
+        return value.get(key) if key and value else value
+
+    return {name: table(results) for name, (_, table, needs) in SECTIONS.items() if all(map(found, needs))}
 
 
 def mean_std(values: list[float], scale: float = 1.0) -> str:
@@ -35,6 +66,10 @@ def seed_by_seed(values: list, scale: float = 1.0) -> str:
     return " / ".join(f"{scale * value:.1f}" for value in values)
 
 
+def steps_by_seed(steps: list) -> str:
+    return " / ".join(str(step or "never") for step in steps)
+
+
 def millions(count: int) -> str:
     return f"{count / 1e6:.2f}M"
 
@@ -44,8 +79,8 @@ def describe(recipe: dict) -> str:
     return f"lr {recipe['learning_rate']:g}, warm-up {recipe['warmup_steps']}, {schedule}"
 
 
+@section("The unigram floor (`pretrain_reference`)", "pretrain_reference")
 def reference(results: dict) -> str:
-    figures = results["pretrain_reference"]["unigram"]
     rows = [
         {
             "split": split,
@@ -53,11 +88,12 @@ def reference(results: dict) -> str:
             "masked-token accuracy (%)": f"{100 * row['accuracy']:.1f}",
             "masked positions": f"{row['masked_tokens']:,}",
         }
-        for split, row in figures.items()
+        for split, row in results["pretrain_reference"]["unigram"].items()
     ]
     return markdown_table(rows)
 
 
+@section("Seconds per step and per evaluation (one thread, side by side)", "step_time")
 def step_time(results: dict) -> str:
     figures = results["step_time"]["models"]
     fastest = min(row["train_step_seconds"] for row in figures.values())
@@ -74,6 +110,7 @@ def step_time(results: dict) -> str:
     return markdown_table(rows)
 
 
+@section("The pretraining recipe search (seed 0)", "search", "pretrain_reference")
 def search(results: dict) -> str:
     """One row per search run: its recipe, the validation perplexity at the end, and the first evaluation at or
     below half and a quarter of the unigram perplexity (where the model leaves the plateau)."""
@@ -83,20 +120,15 @@ def search(results: dict) -> str:
         mark = " **(chosen)**" if found["complete"] else " (best so far; search under way)"
         for run in found["runs"]:
             chosen = all(run[key] == value for key, value in found["chosen"].items())
-            rows.append(
-                {
-                    "model": name,
-                    "recipe": describe(run) + (mark if chosen else ""),
-                    "validation perplexity": f"{run['perplexity']:.1f}",
-                    **{
-                        f"step at ≤ unigram / {divisor}": first_step_below(run["curve"], floor / divisor) or "never"
-                        for divisor in (2, 4)
-                    },
-                }
-            )
+            row = {"model": name, "recipe": describe(run) + (mark if chosen else "")}
+            row["validation perplexity"] = f"{run['perplexity']:.1f}"
+            for divisor in (2, 4):
+                row[f"step at ≤ unigram / {divisor}"] = first_step_below(run["curve"], floor / divisor) or "never"
+            rows.append(row)
     return markdown_table(rows)
 
 
+@section("Pretraining at equal steps", "pretrain", "pretrain_derived")
 def pretrain_steps(results: dict) -> str:
     floor = results["pretrain_reference"]["unigram"]
     derived = results["pretrain_derived"]["models"]
@@ -111,8 +143,8 @@ def pretrain_steps(results: dict) -> str:
             "masked-token accuracy, validation (%)": mean_std(row["accuracies"], 100),
             "validation, seed by seed": seed_by_seed(row["perplexities"]),
             **{
-                f"first step at ≤ unigram / {divisor}": " / ".join(
-                    str(step or "never") for step in derived[name][f"first_step_at_unigram_over_{divisor}"]
+                f"first step at ≤ unigram / {divisor}": steps_by_seed(
+                    derived[name][f"first_step_at_unigram_over_{divisor}"]
                 )
                 for divisor in (2, 4)
             },
@@ -131,6 +163,7 @@ def pretrain_steps(results: dict) -> str:
     return markdown_table(rows)
 
 
+@section("Pretraining at equal wall-clock time", "pretrain", "step_time", "pretrain_derived")
 def pretrain_time(results: dict) -> str:
     times = results["step_time"]["models"]
     derived = results["pretrain_derived"]
@@ -147,10 +180,8 @@ def pretrain_time(results: dict) -> str:
     ]
     floor = results["pretrain_reference"]["unigram"]["valid"]["perplexity"]
     rows.append({"model": "unigram (reference)", "validation perplexity": f"{floor:.1f}"})
-    budget = derived["equal_time_budget_seconds"] / 60
-    return (
-        f"Budget: {budget:.1f} minutes of training on one thread (evaluations not counted).\n\n{markdown_table(rows)}"
-    )
+    budget = f"Budget: {derived['equal_time_budget_seconds'] / 60:.1f} minutes of training on one thread"
+    return f"{budget} (evaluations not counted).\n\n{markdown_table(rows)}"
 
 
 def change(curve: list, over: int) -> float:
@@ -158,6 +189,7 @@ def change(curve: list, over: int) -> float:
     return curve[-1][1] / at_step(curve, curve[-1][0] - over) - 1
 
 
+@section("Longer pretraining at a constant rate (seed 0)", "long", "pretrain_reference")
 def long(results: dict) -> str:
     """One row per model: the validation perplexity at each multiple of the tables' step count, its change over the
     last LONG_CHANGE_STEPS steps, the first evaluation at or below a quarter of the unigram perplexity, and the end's
@@ -177,37 +209,32 @@ def long(results: dict) -> str:
         }
         for name, row in results["long"].items()
     ]
+    unigram = {f"valid ppl, step {mark:,}": f"{floor['valid']['perplexity']:.1f}" for mark in marks}
     rows.append(
-        {
-            "model": "unigram (reference)",
-            "recipe": UNIGRAM,
-            **{f"valid ppl, step {mark:,}": f"{floor['valid']['perplexity']:.1f}" for mark in marks},
-            test: f"{floor['test']['perplexity']:.1f}",
-        }
+        {"model": "unigram (reference)", "recipe": UNIGRAM, **unigram, test: f"{floor['test']['perplexity']:.1f}"}
     )
     return markdown_table(rows)
 
 
+@section("Fine-tuning rate: SST-2 dev accuracy (%), seed 0", "finetune.sweep")
 def finetune_rate(results: dict) -> str:
     sweep = results["finetune"]["sweep"]
     rates = sorted({float(rate) for row in sweep.values() for rate in row})
     rows = []
     for name, by_rate in sweep.items():
-        top = max(by_rate.values())
         cells = {f"lr {rate:g}": by_rate.get(str(rate)) for rate in rates}
-        cells = {
-            column: "–" if value is None else f"{100 * value:.1f}" + (" (best)" if value == top else "")
-            for column, value in cells.items()
-        }
+        best = max(by_rate.values())
+        for column, value in cells.items():
+            cells[column] = "–" if value is None else f"{100 * value:.1f}" + (" (best)" if value == best else "")
         rows.append({"model": name, **cells})
     return markdown_table(rows)
 
 
+@section("Fine-tuning, each model at its best rate", "finetune.tasks")
 def finetune(results: dict) -> str:
     rows = []
     for task, by_row in results["finetune"]["tasks"].items():
-        scale = 1 if task == "squad" else 100
-        labels = [label for label, _ in TASK_METRICS[task]]
+        scale, labels = 1 if task == "squad" else 100, [label for label, _ in TASK_METRICS[task]]
         for row, figures in by_row.items():
             rows.append(
                 {
@@ -223,6 +250,7 @@ def finetune(results: dict) -> str:
     return markdown_table(rows)
 
 
+@section("The transformers' fine-tuning recipe probes (seed 0), accuracy (%)", "finetune.probes")
 def finetune_probes(results: dict) -> str:
     rows = [
         {
@@ -236,31 +264,22 @@ def finetune_probes(results: dict) -> str:
     return markdown_table(rows)
 
 
+@section("Table 3: the SGU variants and the Transformer rows", "sgu")
 def sgu(results: dict) -> str:
     transformers = {f"transformer: {name}": row for name, row in results["sgu"]["transformers"].items()}
-    rows = []
-    for variant, row in {**transformers, **results["sgu"]["variants"]}.items():
-        paper = PAPER_TABLE3.get(variant.removeprefix("transformer: "))
-        rows.append(
-            {
-                "variant": variant,
-                "d_ffn": row["intermediate_size"],
-                "parameters": millions(row["parameters"]),
-                "validation perplexity": mean_std(row["perplexities"]),
-                "test perplexity": mean_std(row["test_perplexities"]),
-                "validation, seed by seed": seed_by_seed(row["perplexities"]),
-                "paper (Table 3)": f"{paper}" if paper else "–",
-            }
-        )
+    rows = [
+        {
+            "variant": variant,
+            "d_ffn": row["intermediate_size"],
+            "parameters": millions(row["parameters"]),
+            "validation perplexity": mean_std(row["perplexities"]),
+            "test perplexity": mean_std(row["test_perplexities"]),
+            "validation, seed by seed": seed_by_seed(row["perplexities"]),
+            "paper (Table 3)": f"{PAPER_TABLE3.get(variant.removeprefix('transformer: '), '–')}",
+        }
+        for variant, row in {**transformers, **results["sgu"]["variants"]}.items()
+    ]
     return markdown_table(rows)
-
-
-# The summary's fine-tuning columns: (task, column, figure, scale)
-SUMMARY_TASKS = (
-    ("sst2", "SST-2 acc.", "accuracy", 100),
-    ("mnli", "MNLI-m acc.", "accuracy", 100),
-    ("squad", "SQuAD F1", "F1", 1),
-)
 
 
 def task_cell(rows: dict, name: str, key: str, scale: float) -> str:
@@ -270,10 +289,10 @@ def task_cell(rows: dict, name: str, key: str, scale: float) -> str:
     if not found:
         return "not run yet"
     row_name, figures = found[-1]
-    adopted = f", {row_name.split(', ', 1)[1]}" if len(found) > 1 else ""
-    return mean_std(figures[key], scale) + adopted
+    return mean_std(figures[key], scale) + (f", {row_name.split(', ', 1)[1]}" if len(found) > 1 else "")
 
 
+@section("Summary", "pretrain", "step_time", "pretrain_derived")
 def summary(results: dict) -> str:
     """The README's table: per model, pretraining at equal steps and time, where each seed's curve leaves the plateau
     (its first evaluation at or below half the unigram perplexity), and the fine-tuning means ("–" for the dropout
@@ -282,7 +301,6 @@ def summary(results: dict) -> str:
     tasks = results.get("finetune", {}).get("tasks", {})
     at_steps = f"valid ppl, {max(row['max_steps'] for row in results['pretrain'].values()):,} steps"
     at_time = f"valid ppl, {derived['equal_time_budget_seconds'] / 60:.0f} min"
-    floor = results["pretrain_reference"]["unigram"]
     rows = []
     for name, row in results["pretrain"].items():
         equal_time = derived["models"][name].get("equal_time_perplexities")
@@ -293,13 +311,12 @@ def summary(results: dict) -> str:
             at_steps: mean_std(row["perplexities"]),
             at_time: mean_std(equal_time) if equal_time else "–",
             "test ppl": mean_std(row["test_perplexities"]),
-            "step at ≤ unigram / 2": " / ".join(
-                str(step or "never") for step in derived["models"][name]["first_step_at_unigram_over_2"]
-            ),
+            "step at ≤ unigram / 2": steps_by_seed(derived["models"][name]["first_step_at_unigram_over_2"]),
         }
         for task, column, key, scale in SUMMARY_TASKS:
             cells[column] = task_cell(tasks.get(task, {}), name, key, scale) if name in MODELS else "–"
         rows.append(cells)
+    floor = results["pretrain_reference"]["unigram"]
     unigram = f"{floor['valid']['perplexity']:.1f}"
     rows.append(
         {"model": "unigram", at_steps: unigram, at_time: unigram, "test ppl": f"{floor['test']['perplexity']:.1f}"}
@@ -307,12 +324,12 @@ def summary(results: dict) -> str:
     return markdown_table(rows)
 
 
+@section("The runs' time on this machine", "runtime")
 def runtime(results: dict) -> str:
-    parts = results["runtime"]
+    parts = {**results["runtime"]}
+    parts["total"] = {key: sum(row[key] for row in parts.values()) for key in ("runs", "hours")}
     rows = [
         {"runs of": part, "records": row["runs"], "training time, summed (h)": f"{row['hours']:.1f}"}
         for part, row in parts.items()
     ]
-    runs, hours = sum(row["runs"] for row in parts.values()), sum(row["hours"] for row in parts.values())
-    rows.append({"runs of": "total", "records": runs, "training time, summed (h)": f"{hours:.1f}"})
     return markdown_table(rows)

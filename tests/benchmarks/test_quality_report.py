@@ -18,7 +18,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 def rendered(tmp_path_factory):
     work = tmp_path_factory.mktemp("work")
     results = parts.collect(Context(parse_args(["--report_only", "--work_dir", str(work)])))
-    return results, report.rendered_tables(results)
+    return results, tables.rendered(results)
 
 
 def test_quality_json_and_md_are_the_report_of_the_records(rendered):
@@ -79,13 +79,13 @@ def summary_rows(summary: str) -> list[str]:
 
 
 def test_a_report_under_way_has_the_tables_of_what_exists():
-    rendered_tables = report.rendered_tables(partial_results(["gmlp"]))
+    rendered_tables = tables.rendered(partial_results(["gmlp"]))
     assert list(rendered_tables) == ["reference", "step_time", "search", "pretrain_steps", "pretrain_time", "summary"]
     assert summary_rows(rendered_tables["summary"]) == ["gmlp", "unigram"]
     row = next(line for line in rendered_tables["summary"].splitlines() if line.startswith("| gmlp"))
     cells = [cell.strip() for cell in row.split("|")[1:-1]]
     assert cells == ["gmlp", "2.27M", "0.1", *["100.0 (n=1)"] * 2, "95.0 (n=1)", "200", *["not run yet"] * 3]
-    full = report.rendered_tables(partial_results(list(MODELS)))["summary"]
+    full = tables.rendered(partial_results(list(MODELS)))["summary"]
     assert summary_rows(full) == [*MODELS, "unigram"]
 
 
