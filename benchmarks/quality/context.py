@@ -97,14 +97,12 @@ class Context:
             return list(pool.map(function, items))
 
     def script(self, command: str, arguments: dict, name: str) -> None:
-        """`python command --key=value ...` (True: a bare flag; None or False: left out) from the repository root,
+        """`python command --key value ...` (True: a bare flag; None or False: left out) from the repository root,
         once one of --jobs slots is free, with cpu_count / --jobs threads, its output in `work_dir`/logs/`name`.log."""
-        flags = [
-            f"--{key}" if value is True else f"--{key}={value}"
-            for key, value in arguments.items()
-            if value is not None and value is not False
-        ]
-        command = [sys.executable, *command.split(), *flags]
+        command = [sys.executable, *command.split()]
+        for key, value in arguments.items():
+            if value is not None and value is not False:
+                command += [f"--{key}"] if value is True else [f"--{key}", str(value)]
         threads = str(max(1, (os.cpu_count() or 1) // self.args.jobs))
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false"}
         env |= {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}

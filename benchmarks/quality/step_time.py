@@ -31,11 +31,11 @@ def timers(ctx: Context, tokenizer, name: str, batches: list, evaluation: list):
     model = AutoModelForMaskedLM.from_config(ctx.configs[name])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
     collator = MaskedLMCollator(tokenizer, sparse_prediction=ctx.configs[name].model_type == "gmlp")
-    next_batch = itertools.cycle(batches).__next__
+    cycled = itertools.cycle(batches)
 
     def train_step():
         model.train()
-        model(**collator(next_batch())).loss.backward()
+        model(**collator(next(cycled))).loss.backward()
         optimizer.step()
         optimizer.zero_grad()
 

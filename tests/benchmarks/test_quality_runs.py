@@ -22,12 +22,15 @@ def ctx(tmp_path):
 def test_a_script_gets_its_flags_and_a_failure_names_its_log(ctx, tmp_path):
     script = tmp_path / "echo.py"
     script.write_text(
-        "import os, sys\nprint(sys.argv[1:], os.environ['OMP_NUM_THREADS'])\nsys.exit('no' in sys.argv[-1])\n"
+        "import os, sys\nprint(sys.argv[1:], os.environ['OMP_NUM_THREADS'])\nsys.exit(sys.argv[-1] == 'no')\n"
     )
-    ctx.script(str(script), {"steps": 0, "do_train": True, "resume": None, "fp16": False, "rate": 1e-3}, "echo")
+    # a first argument ending in .json would be read as an arguments file by the project's scripts: never `--x=a.json`
+    flags = {"train_file": "a.json", "steps": 0, "do_train": True, "resume": None, "fp16": False, "rate": 1e-3}
+    ctx.script(str(script), flags, "echo")
     log = tmp_path / "logs" / "echo.log"
     threads = max(1, (os.cpu_count() or 1) // 2)  # --jobs 2
-    assert log.read_text() == f"['--steps=0', '--do_train', '--rate=0.001'] {threads}\n"
+    expected = ["--train_file", "a.json", "--steps", "0", "--do_train", "--rate", "0.001"]
+    assert log.read_text() == f"{expected} {threads}\n"
     with pytest.raises(RuntimeError, match=rf"^failing failed; see {log.with_name('failing.log')}:\n"):
         ctx.script(str(script), {"flag": "no"}, "failing")
 
