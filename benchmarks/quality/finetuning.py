@@ -1,13 +1,12 @@
-"""Part `finetune`: each model's pretrained checkpoints fine-tuned by run_glue.py / run_squad.py.
+"""Fine-tuning runs: each model's pretrained checkpoints fine-tuned by run_glue.py / run_squad.py.
 
 - the rate: SST-2 at each --finetune_learning_rates (first seed); every task then uses the model's best one;
 - SST-2, MNLI-m (dev split) and SQuAD v1.1 (dev split) at every seed, each seed's checkpoint with that seed; on
-  sentence pairs gMLP and aMLP pool the mean of the tokens (the recipe an earlier round of probes found: with the
-  first token they stayed at MNLI's majority class), BERT its first token (what its head does);
+  sentence pairs gMLP and aMLP pool the mean of the tokens (with the first token they stayed at MNLI's majority
+  class in an earlier round), the transformers their head's default (the first token);
 - the transformers' recipe probes (first seed, SST-2 and MNLI): BERT's, the changes its head allows (no dropout, 30%
-  warm-up, its second-best rate); ModernBERT's, its head's other pooling (the mean of the tokens, where its default
-  is the first token: the probe gMLP's pooling got). A probe that beats the model's recipe by a point or more on a
-  task is run at every seed as a row of its own, as mean pooling was for the MLP models.
+  warm-up, its second-best rate); ModernBERT's, mean pooling. A probe that beats the model's recipe by a point or more
+  on a task is run at every seed as a row of its own.
 """
 
 import json
@@ -167,9 +166,8 @@ def run_probes(ctx: Context, name: str, rate: float, probes: dict, out: dict) ->
         base = out["rows"].get(task, {}).get(name)
         results = {"none: the recipe": first_metric(base[0])} if base else {}
         for probe, changes in probes.items():
-            if run := ctx.available(
-                finetune, ctx, task, name, ctx.args.seeds[0], **{"learning_rate": rate, **changes}
-            ):
+            run = ctx.available(finetune, ctx, task, name, ctx.args.seeds[0], **{"learning_rate": rate, **changes})
+            if run:
                 results[probe] = first_metric(run)
         for probe, value in results.items():
             out["probes"].setdefault(probe, {})[task] = value

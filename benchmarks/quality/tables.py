@@ -26,7 +26,7 @@ PAPER_TABLE3 = {
     "modernbert": 4.26,
     "deberta-v2": 4.26,
 }
-LONG_CHANGE_STEPS = 1000  # the long runs' table: the perplexity's change over this many last steps
+LONG_CHANGE_STEPS = 1000  # the long runs' table: the perplexity's change over this many last steps (at most)
 UNIGRAM = "training-split frequencies, add-one"
 # name -> (title, the table, the results it needs: keys of quality.json, "part.key" for a key inside a part), in the
 # report's order
@@ -192,18 +192,19 @@ def change(curve: list, over: int) -> float:
 @section("Longer pretraining at a constant rate (seed 0)", "long", "pretrain_reference")
 def long(results: dict) -> str:
     """One row per model: the validation perplexity at each multiple of the tables' step count, its change over the
-    last LONG_CHANGE_STEPS steps, the first evaluation at or below a quarter of the unigram perplexity, and the end's
-    test perplexity; the unigram floor beside them."""
+    last LONG_CHANGE_STEPS steps (or those past the tables' step count, if fewer), the first evaluation at or below a
+    quarter of the unigram perplexity, and the end's test perplexity; the unigram floor beside them."""
     floor = results["pretrain_reference"]["unigram"]
     settings = results["settings"]
     marks = range(settings["max_steps"], settings["long_steps"] + 1, settings["max_steps"])
+    over = min(LONG_CHANGE_STEPS, settings["long_steps"] - settings["max_steps"])
     test = f"test ppl, step {settings['long_steps']:,}"
     rows = [
         {
             "model": name,
             "recipe": describe(row["recipe"]),
             **{f"valid ppl, step {mark:,}": f"{at_step(row['curve'], mark):.1f}" for mark in marks},
-            f"change over the last {LONG_CHANGE_STEPS:,} steps": f"{100 * change(row['curve'], LONG_CHANGE_STEPS):+.1f}%",
+            f"change over the last {over:,} steps": f"{100 * change(row['curve'], over):+.1f}%",
             "step at ≤ unigram / 4": first_step_below(row["curve"], floor["valid"]["perplexity"] / 4) or "never",
             test: f"{row['test_perplexity']:.1f}",
         }
