@@ -4,7 +4,6 @@ write quality.json, quality.md, the curves, and the tables inside docs/quality.m
 import argparse
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as `python benchmarks/quality`: make the package importable
@@ -12,16 +11,11 @@ if __package__ in (None, ""):  # run as `python benchmarks/quality`: make the pa
     __package__ = "benchmarks.quality"
 
 from benchmarks.quality import __doc__ as DOC
-from benchmarks.quality import finetune, long, pretrain, reference, report, search, sgu, step_time
-from benchmarks.quality.context import Context
-from benchmarks.quality.finetune import TASKS
+from benchmarks.quality import report
+from benchmarks.quality.context import ROOT, Context
+from benchmarks.quality.finetuning import TASKS, prepare_splits
 from benchmarks.quality.models import MODELS
-from benchmarks.quality.runs import ROOT
-
-PARTS = ("reference", "step_time", "search", "pretrain", "long", "finetune", "sgu")
-DEFAULT_PARTS = ("reference", "search", "pretrain", "long", "finetune", "sgu")
-# Options that do not decide a figure: left out of quality.json's settings.
-NOT_SETTINGS = {"parts", "jobs", "data", "work_dir", "output", "no_docs", "report_only"}
+from benchmarks.quality.parts import PARTS, collect
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -29,7 +23,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         prog="python -m benchmarks.quality", description=DOC, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add = parser.add_argument
-    add("--parts", nargs="+", default=list(DEFAULT_PARTS), choices=PARTS, help="what to run (the report shows all)")
+    default_parts = [part for part in PARTS if part != "step_time"]
+    add("--parts", nargs="+", default=default_parts, choices=PARTS, help="what to run (the report shows all)")
     add("--models", nargs="+", default=list(MODELS), choices=MODELS)
     add("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the first one is the search's and the sweeps'")
     add("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="fine-tuning tasks")
@@ -57,60 +52,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def measures(models: list[str]) -> dict:
-    """part -> its measure step, bound to the models asked for."""
-    return {
-        "reference": reference.measure,
-        "step_time": step_time.measure,
-        "search": lambda ctx: search.measure(ctx, models),
-        "pretrain": lambda ctx: pretrain.measure(ctx, models),
-        "long": lambda ctx: long.measure(ctx, models),
-        "finetune": lambda ctx: finetune.measure(ctx, models),
-        "sgu": lambda ctx: sgu.measure(ctx, models),
-    }
-
-
-def run_parts(ctx: Context, parts: list[str], models: list[str]) -> None:
-    """Make the runs of `parts`: the in-process ones first, one by one (step_time is best measured alone), then the
-    others side by side, their runs sharing the slots by priority (a part also makes the runs it builds on)."""
-    steps = measures(models)
-    for name in ("reference", "step_time"):
-        if name in parts:
-            steps[name](ctx)
-    background = [name for name in parts if name not in ("reference", "step_time")]
-    ctx.run.slots.hold()
-    with ThreadPoolExecutor(max(1, len(background))) as pool:
-        for future in [pool.submit(steps[name], ctx) for name in background]:
-            future.result()
-
-
-def collect(ctx: Context, models: list[str]) -> dict:
-    """Every part's results from the records (a missing run is left out and named)."""
-    ctx.args.report_only = ctx.run.report_only = True
-    settings = {key: value for key, value in vars(ctx.args).items() if key not in NOT_SETTINGS}
-    results = {"settings": settings}
-    names = {"reference": "pretrain_reference"}
-    for name, measure in measures(models).items():
-        if found := ctx.available(measure, ctx):
-            results[names.get(name, name)] = found
-    if "pretrain" in results and "pretrain_reference" in results:
-        results["pretrain_derived"] = pretrain.derive(results)
-    if runtime := report.runtimes(ctx.records.folder, ctx.args):
-        results["runtime"] = runtime
-    return results
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
-    if not (args.data / "wikitext-2" / "train.txt").exists():
-        raise SystemExit(f"WikiText-2 not found under {args.data}; pass --data pointing at the shared data folder.")
     ctx = Context(args)
-    models = [name for name in MODELS if name in args.models]
     if not args.report_only:
+        if not (ctx.wikitext / "train.txt").exists():
+            raise SystemExit(
+                f"WikiText-2 not found under {args.data}; pass --data pointing at the shared data folder."
+            )
         ctx.prepare_tokenizer()
-        ctx.prepare_data()
-        run_parts(ctx, args.parts, models)
-    results = collect(ctx, models)
+        prepare_splits(ctx)
+        for part in PARTS:  # in their order, each making its runs side by side (a part makes what it builds on)
+            if part in args.parts:
+                PARTS[part][1](ctx)
+    results = collect(ctx)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=1) + "\n")
     print(report.write(results, args.output, docs=not args.no_docs))

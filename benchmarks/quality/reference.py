@@ -1,5 +1,5 @@
-"""The unigram floor: each masked token predicted by its training-split frequency (add-one smoothed), scored on the
-very positions the models are scored on (same tokenizer, text, sequences and evaluation mask seed).
+"""Part `reference`: the unigram floor. Each masked token predicted by its training-split frequency (add-one smoothed),
+scored on the very positions the models are scored on (same tokenizer, text, sequences and evaluation mask seed).
 
 A model whose perplexity is near this number has learned token frequencies and little of the context.
 """
@@ -7,23 +7,19 @@ A model whose perplexity is near this number has learned token frequencies and l
 import math
 import tempfile
 
+import datasets
 import numpy as np
 from transformers import AutoTokenizer, TrainingArguments
 
-from gmlp.tasks.data import load_data_files, take_split
 from gmlp.tasks.mlm import MaskedLMCollator, tokenize_for_mlm, with_fixed_mask
 
-from ..common import markdown_table
-from .context import TRAIN_FILE, Context
+from .context import TRAIN_FILE, Context, MissingRun, settings_key
 from .models import GMLP_TINY
-from .runs import MissingRun, settings_key
-
-SPLITS = {"valid": "valid.txt", "test": "test.txt"}
 
 
-def blocks(tokenizer, path, arguments: TrainingArguments):
+def blocks(tokenizer, path, arguments: TrainingArguments) -> datasets.Dataset:
     """`path`'s text as run_mlm.py makes it: concatenated and cut into blocks of 128 tokens."""
-    raw = load_data_files({"validation": str(path)})
+    raw = datasets.load_dataset("text", data_files={"validation": str(path)})
     return tokenize_for_mlm(raw, tokenizer, 128, False, arguments)["validation"]
 
 
@@ -34,17 +30,15 @@ def unigram(ctx: Context) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         arguments = TrainingArguments(output_dir=scratch, report_to="none")
         train = blocks(tokenizer, ctx.wikitext / TRAIN_FILE, arguments)
-        ids = np.concatenate([np.asarray(row) for row in train["input_ids"]])
-        special = np.concatenate([np.asarray(row) for row in train["special_tokens_mask"]]).astype(bool)
+        ids = np.concatenate(train["input_ids"])
+        special = np.concatenate(train["special_tokens_mask"]).astype(bool)
         counts = np.bincount(ids[~special], minlength=len(tokenizer)).astype(np.float64)
         log_probability = np.log((counts + 1) / (counts.sum() + len(counts)))
-        collator = MaskedLMCollator(tokenizer)
         figures = {}
-        for split, file in SPLITS.items():
-            tokenized = {"validation": blocks(tokenizer, ctx.wikitext / file, arguments)}
-            sequences = take_split(tokenized, "validation", "--max_eval_samples", ctx.args.max_eval_samples)
-            masked = with_fixed_mask(sequences, collator, seed=0)
-            labels = np.concatenate([np.asarray(row) for row in masked["labels"]])
+        for split in ("valid", "test"):
+            tokenized = blocks(tokenizer, ctx.wikitext / f"{split}.txt", arguments)
+            sequences = tokenized.select(range(min(ctx.args.max_eval_samples, len(tokenized))))
+            labels = np.concatenate(with_fixed_mask(sequences, MaskedLMCollator(tokenizer), seed=0)["labels"])
             labels = labels[labels != -100]
             figures[split] = {
                 "perplexity": math.exp(-log_probability[labels].mean()),
@@ -55,7 +49,7 @@ def unigram(ctx: Context) -> dict:
     return figures
 
 
-def measure(ctx: Context) -> dict:
+def reference_part(ctx: Context) -> dict:
     """The unigram reference for every split the tables report (a record: computed once)."""
     settings = {
         "tokenizer": ctx.tokenizer_hash,
@@ -66,24 +60,8 @@ def measure(ctx: Context) -> dict:
         "smoothing": "add-one",
     }
     name = f"reference-unigram-{settings_key(settings)}"
-    if record := ctx.records.read(name):
+    if record := ctx.record(name):
         return record
     if ctx.args.report_only:
         raise MissingRun(name)
-    return ctx.records.write(name, {"kind": "reference", "settings": settings, "unigram": unigram(ctx)})
-
-
-def render(results: dict) -> str:
-    """The reference row set as a table."""
-    figures = results["pretrain_reference"]["unigram"]
-    return markdown_table(
-        [
-            {
-                "split": split,
-                "unigram perplexity": f"{row['perplexity']:.1f}",
-                "masked-token accuracy (%)": f"{100 * row['accuracy']:.1f}",
-                "masked positions": f"{row['masked_tokens']:,}",
-            }
-            for split, row in figures.items()
-        ]
-    )
+    return ctx.save(name, {"kind": "reference", "settings": settings, "unigram": unigram(ctx)})

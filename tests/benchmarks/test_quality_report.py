@@ -1,43 +1,37 @@
 """The committed quality report is what the committed run records give: `benchmarks/results/quality.md`, and the
-generated tables inside docs/quality.md and the README."""
+generated tables inside docs/quality.md and the README; and the report of a study under way shows what exists."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from benchmarks.quality import pretrain, report
-from benchmarks.quality.__main__ import collect, parse_args
+from benchmarks.quality import parts, report, tables
+from benchmarks.quality.__main__ import parse_args
 from benchmarks.quality.context import Context
 from benchmarks.quality.models import MODELS
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
-    args = parse_args(
-        [
-            "--report_only",
-            "--work_dir",
-            str(tmp_path_factory.mktemp("work")),
-            "--output",
-            str(RESULTS / "quality.json"),
-        ]
-    )
-    results = collect(Context(args), list(MODELS))
-    return results, report.tables(results)
+    work = tmp_path_factory.mktemp("work")
+    results = parts.collect(Context(parse_args(["--report_only", "--work_dir", str(work)])))
+    return results, tables.rendered(results)
 
 
-def test_quality_md_is_the_report_of_the_records(rendered):
-    results, tables = rendered
-    assert report.markdown(results, tables) == (RESULTS / "quality.md").read_text()
+def test_quality_json_and_md_are_the_report_of_the_records(rendered):
+    results, rendered_tables = rendered
+    assert json.dumps(results, indent=1) + "\n" == (RESULTS / "quality.json").read_text()
+    assert report.markdown(results, rendered_tables) == (RESULTS / "quality.md").read_text()
 
 
 @pytest.mark.parametrize("page", report.PAGES, ids=lambda page: page.name)
 def test_the_pages_tables_are_those_of_the_records(rendered, page):
     text = page.read_text()
-    assert report.filled(text, report.page_tables(rendered[1])) == text
+    assert "<!-- /quality:" in text  # a page with generated tables
+    assert report.filled(text, rendered[1]) == text
 
 
 def partial_results(finished: list[str]) -> dict:
@@ -47,7 +41,7 @@ def partial_results(finished: list[str]) -> dict:
     recipe = {"learning_rate": 1e-3, "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 200}
     split = {"perplexity": 600.0, "accuracy": 0.05, "masked_tokens": 1000}
     results = {
-        "settings": {"max_steps": 400},
+        "settings": {"max_steps": 400, "batch_size": 32, "max_eval_samples": 64, "finetune_steps": 10, "seeds": [0]},
         "pretrain_reference": {"unigram": {"valid": split, "test": split}},
         "step_time": {
             "models": {
@@ -65,6 +59,7 @@ def partial_results(finished: list[str]) -> dict:
         "pretrain": {
             name: {
                 "parameters": 2_270_000,
+                "dropout": 0.1,
                 "recipe": recipe,
                 "max_steps": 400,
                 "perplexities": [100.0],
@@ -75,7 +70,7 @@ def partial_results(finished: list[str]) -> dict:
             for name in finished
         },
     }
-    results["pretrain_derived"] = pretrain.derive(results)
+    results["pretrain_derived"] = parts.derive(results)
     return results
 
 
@@ -83,30 +78,31 @@ def summary_rows(summary: str) -> list[str]:
     return [line.split("|")[1].strip() for line in summary.splitlines()[2:] if line.startswith("|")]
 
 
-def test_the_pages_show_the_search_until_a_model_has_its_final_runs_then_the_summary_names_the_rest():
-    searching = report.page_tables(report.tables(partial_results([])))
-    assert searching["summary"].startswith("Under way") and "bert" in searching["summary"]
-    partial = report.page_tables(report.tables(partial_results(["gmlp"])))["summary"]
-    assert summary_rows(partial) == ["gmlp", "unigram"]
-    assert partial.endswith("under way): bert, modernbert, amlp.")
-    full = report.page_tables(report.tables(partial_results(list(MODELS))))["summary"]
-    assert summary_rows(full) == [*MODELS, "unigram"] and "under way" not in full
+def test_a_report_under_way_has_the_tables_of_what_exists():
+    rendered_tables = tables.rendered(partial_results(["gmlp"]))
+    assert list(rendered_tables) == ["reference", "step_time", "search", "pretrain_steps", "pretrain_time", "summary"]
+    assert summary_rows(rendered_tables["summary"]) == ["gmlp", "unigram"]
+    row = next(line for line in rendered_tables["summary"].splitlines() if line.startswith("| gmlp"))
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert cells == ["gmlp", "2.27M", "0.1", *["100.0 (n=1)"] * 2, "95.0 (n=1)", "200", *["not run yet"] * 3]
+    full = tables.rendered(partial_results(list(MODELS)))["summary"]
+    assert summary_rows(full) == [*MODELS, "unigram"]
 
 
 def test_the_summary_names_an_adopted_probe_and_leaves_the_pretraining_only_variants_blank():
     results = partial_results(["modernbert"])
     results["pretrain"]["gmlp-dropout0"] = results["pretrain"]["modernbert"]  # pretrained only: no fine-tuning cells
-    results["pretrain_derived"] = pretrain.derive(results)
+    results["pretrain_derived"] = parts.derive(results)
     results["finetune"] = {
         "tasks": {
             "sst2": {"modernbert": {"accuracy": [0.80, 0.78]}},
             "mnli": {"modernbert": {"accuracy": [0.36, 0.38]}, "modernbert, mean pooling": {"accuracy": [0.41, 0.43]}},
         }
     }
-    row = next(line for line in report.summary(results).splitlines() if line.startswith("| modernbert"))
+    row = next(line for line in tables.summary(results).splitlines() if line.startswith("| modernbert"))
     cells = [cell.strip() for cell in row.split("|")[1:-1]]
     assert cells[-3:] == ["79.0 ± 1.4 (n=2)", "42.0 ± 1.4 (n=2), mean pooling", "not run yet"]
-    variant = next(line for line in report.summary(results).splitlines() if line.startswith("| gmlp-dropout0"))
+    variant = next(line for line in tables.summary(results).splitlines() if line.startswith("| gmlp-dropout0"))
     assert [cell.strip() for cell in variant.split("|")[1:-1]][-3:] == ["–", "–", "–"]
 
 
@@ -116,7 +112,7 @@ def test_the_equal_time_budget_is_the_fastest_models_whole_run_however_its_step_
     for name, seconds in zip(MODELS, (0.93, 0.86, 0.6822230865001984, 0.72)):
         results["step_time"]["models"][name]["train_step_seconds"] = seconds
         results["pretrain"][name].update(max_steps=2000, curves=[[(200, 300.0), (2000, 100.0)]])
-    derived = pretrain.derive(results)
+    derived = parts.derive(results)
     assert derived["models"]["gmlp"]["equal_time_steps"] == 2000
     assert derived["models"]["gmlp"]["equal_time_perplexities"] == [pytest.approx(100.0)]
     assert derived["models"]["bert"]["equal_time_steps"] == pytest.approx(2000 * 0.6822230865001984 / 0.93)
@@ -124,7 +120,8 @@ def test_the_equal_time_budget_is_the_fastest_models_whole_run_however_its_step_
 
 def test_the_runtime_table_counts_each_run_under_its_part(tmp_path):
     """The SGU part's split variant at gMLP's shape is gMLP's own run name; its length puts it with the SGU runs."""
-    args = parse_args(["--report_only", "--work_dir", str(tmp_path)])
+    ctx = Context(parse_args(["--report_only", "--work_dir", str(tmp_path), "--output", str(tmp_path / "q.json")]))
+    args = ctx.args
     runs = {
         "pretrain-gmlp-aaaa-seed0": ("pretrain", args.max_steps, 3600.0),
         "pretrain-gmlp-bbbb-seed0": ("pretrain", args.sgu_steps, 1800.0),
@@ -134,14 +131,13 @@ def test_the_runtime_table_counts_each_run_under_its_part(tmp_path):
         "pretrain-gmlp-ffff-seed1": ("pretrain", args.max_steps, None),  # no training time: not counted
     }
     for name, (kind, steps, runtime) in runs.items():
-        record = {"kind": kind, "settings": {"max_steps": steps}, "train_runtime": runtime}
-        (tmp_path / f"{name}.json").write_text(json.dumps(record))
-    parts = report.runtimes(tmp_path, args)
-    assert parts == {
+        ctx.save(name, {"kind": kind, "settings": {"max_steps": steps}, "train_runtime": runtime})
+    found = parts.runtimes(ctx)
+    assert found == {
         "search and final pretraining": {"runs": 1, "hours": 1.0},
         "long runs": {"runs": 1, "hours": 2.0},
         "fine-tuning": {"runs": 1, "hours": 0.25},
         "SGU variants": {"runs": 2, "hours": 1.0},
     }
-    total = report.render_runtime({"runtime": parts}).splitlines()[-1]
+    total = tables.runtime({"runtime": found}).splitlines()[-1]
     assert [cell.strip() for cell in total.split("|")[1:-1]] == ["total", "5", "4.2"]
