@@ -13,6 +13,7 @@ GMLP_TINY = {
     "intermediate_size": 768,
     "num_hidden_layers": 8,
     "max_position_embeddings": 128,
+    "spatial_fft_min_length": 1024,  # the CPU's cross-over, which the records' keys name (n = 128: never the FFT)
 }
 MODELS = ("bert", "modernbert", "gmlp", "amlp")  # slowest first: its runs take the first free slot
 # Pretraining-only rows that make the dropout equal: each model's chosen recipe at the other models' dropout (0.1 is
