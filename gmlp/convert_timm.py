@@ -1,10 +1,16 @@
-"""Convert timm's gMLP image classifiers (`gmlp_ti16_224`, `gmlp_s16_224`, `gmlp_b16_224`) to `GMLPForImageClassification`.
+r"""Convert timm's gMLP image classifiers (`gmlp_ti16_224`, `gmlp_s16_224`, `gmlp_b16_224`) to `GMLPForImageClassification`.
 
 timm's `MlpMixer` with `SpatialGatingBlock` is the same network as ours: a conv patch stem, blocks of
 LayerNorm -> fc1 -> exact GELU -> split SGU (LayerNorm on the gate half, a Linear over the patches) -> fc2 with a
 residual, a final LayerNorm, the mean over patches and a linear head, all LayerNorms with eps 1e-6. Only the names
 differ, so conversion is a renaming (plus a head axis on the spatial weights). timm itself is needed only to build or
-download a model by name; a saved timm state dict (.pth / .safetensors) converts without it.
+download a model by name; a saved timm state dict (.pth / .safetensors) converts without it. timm needs torchvision,
+and a bare `pip install timm` takes PyPI's, which brings a CUDA build of torch in place of a CPU one (and PyPI's
+torchvision does not load beside the CPU build). Beside the CPU build, pin torch as it is and take torchvision's
+CPU build from PyTorch's index:
+
+    pip install timm "torch==$(python -c 'import torch; print(torch.__version__)')" \
+        --extra-index-url https://download.pytorch.org/whl/cpu
 
     python -m gmlp.convert_timm --timm-model gmlp_s16_224 --output gmlp-s16-224      # timm's ImageNet weights
     python -m gmlp.convert_timm --checkpoint gmlp_s16.pth --output gmlp-s16-224       # a local timm state dict
@@ -135,9 +141,9 @@ def _load_timm_state_dict(checkpoint: str | None, timm_model: str | None) -> dic
         raise SystemExit(f"--timm-model {timm_model}: only timm's gMLPs convert ({', '.join(TIMM_GMLPS)}).")
     try:
         import timm
-    except ImportError as error:
+    except (ImportError, RuntimeError) as error:  # RuntimeError: a torchvision built for another torch
         raise SystemExit(
-            "--timm-model needs timm (`pip install timm`); or pass --checkpoint with a saved timm state dict."
+            f"--timm-model needs timm, which does not import here ({error}). With the CPU build of torch, install timm and torchvision's CPU build beside it: pip install timm \"torch==$(python -c 'import torch; print(torch.__version__)')\" --extra-index-url https://download.pytorch.org/whl/cpu (a bare `pip install timm` brings a CUDA torch). Or pass --checkpoint with a saved timm state dict."
         ) from error
     try:
         return timm.create_model(timm_model, pretrained=True).state_dict()

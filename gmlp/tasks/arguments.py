@@ -140,6 +140,12 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: 
     parsed = read_command_line(types, sys.argv[1:] if argv is None else argv)
     training_args = next(args for args in parsed if isinstance(args, TrainingArguments))
     setup_logging(training_args)
+    if training_args.world_size == 1 and "MASTER_ADDR" in os.environ and "ACCELERATE_MIXED_PRECISION" in os.environ:
+        # What `accelerate launch --num_processes N` leaves when it starts one process (its --cpu, or a config that
+        # is not multi-GPU): the rendezvous address of N processes, and none of torchrun's WORLD_SIZE.
+        logger.warning(
+            "accelerate launch was asked for several processes but started one (world size 1): with --cpu, or a config whose distributed_type is not MULTI_GPU, it runs a single process. On the CPU, start N processes with `accelerate launch --multi_gpu --num_processes N` (gloo) or `torchrun --nproc_per_node N`."
+        )
     transformers.set_seed(training_args.seed)
     for flag, asked in (("--fsdp", training_args.fsdp_plugin_args), ("--deepspeed", training_args.deepspeed)):
         if asked is not None and training_args.device.type == "cpu":

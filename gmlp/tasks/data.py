@@ -85,9 +85,12 @@ def is_text(feature) -> bool:
     return getattr(feature, "dtype", None) in ("string", "large_string")
 
 
-def take_split(data, split: str, flag: str, max_samples: int | None = None):
+def take_split(data, split: str, flag: str, max_samples: int | None = None, *, source_flag: str | None = None):
     """The first `max_samples` examples of `data[split]` (all when None); an error when there are none (`flag` needs
-    them), rather than once the split is used, maybe after training."""
+    them; `source_flag`, the option that gives them, is named), rather than once the split is used, maybe after
+    training."""
+    if split not in data and source_flag:
+        raise ValueError(f"{flag} needs {split} data: pass {source_flag} (the data has {list(data) or 'none'}).")
     if split not in data:
         raise ValueError(f"{flag} needs {split} data; the data has {list(data) or 'none'}.")
     if max_samples is not None and max_samples < 1:

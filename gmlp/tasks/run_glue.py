@@ -121,7 +121,9 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = loading.load_tokenizer(model_args, config)
     task, raw = load_task_data(data_args, training_args, model_args, config)
     source = data_args.train_file or data_args.validation_file or f"GLUE {task.name}"
-    names = None if task.is_regression else labels.choose_labels(config, task.label_names, model_args, source)
+    names = None
+    if not task.is_regression:
+        names = labels.choose_labels(config, task.label_names, model_args, source, training=training_args.do_train)
     labels.set_labels(config, names, multi_label=task.multi_label)
     config.finetuning_task = data_args.task_name
     metrics_of_evaluation = glue.glue_evaluation(data_args.task_name, task, config.num_labels)

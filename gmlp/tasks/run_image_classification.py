@@ -2,7 +2,8 @@
 examples/pytorch/image-classification/run_image_classification.py.
 
 Data: `--dataset_name sklearn-digits` (the default: scikit-learn's handwritten digits, offline), a Hub image
-dataset, or local folders of class folders (`--dataset_name imagefolder --train_dir ... --validation_dir ...`)."""
+dataset, or local folders of class folders (`--train_dir ... --validation_dir ...`, which alone are the data: the
+default is then `imagefolder`, never the digits)."""
 
 import logging
 import os
@@ -27,7 +28,10 @@ logger = logging.getLogger(__name__)
 class DataTrainingArguments:
     """What to train, evaluate and predict on."""
 
-    dataset_name: str = HfArg(default=images.DIGITS, help="sklearn-digits (offline), a Hub dataset, or imagefolder.")
+    dataset_name: str | None = HfArg(
+        default=None,
+        help="sklearn-digits (offline; the default), a Hub dataset, or imagefolder (the default with dirs).",
+    )
     train_dir: str | None = HfArg(default=None, help="A folder of training images, one folder per class.")
     validation_dir: str | None = HfArg(default=None, help="A folder of evaluation images, same layout.")
     test_dir: str | None = HfArg(default=None, help="Images to label with --do_predict (scored in class folders).")
@@ -36,6 +40,16 @@ class DataTrainingArguments:
     max_train_samples: int | None = HfArg(default=None, help="Keep only this many training examples.")
     max_eval_samples: int | None = HfArg(default=None, help="Keep only this many evaluation examples.")
     max_predict_samples: int | None = HfArg(default=None, help="Keep only this many test images.")
+
+    def __post_init__(self):
+        if self.dataset_name is None:  # folders alone are the data, never mixed with the digits' other splits
+            self.dataset_name = "imagefolder" if self.folders() else images.DIGITS
+
+    def folders(self) -> dict[str, tuple[str, str]]:
+        """The image folders given, by split: (their flag, the folder)."""
+        flags = {"train": ("--train_dir", self.train_dir), "validation": ("--validation_dir", self.validation_dir)}
+        flags["test"] = ("--test_dir", self.test_dir)
+        return {split: (flag, folder) for split, (flag, folder) in flags.items() if folder}
 
 
 def load_image_data(data_args: DataTrainingArguments, training_args, model_args) -> datasets.DatasetDict:
@@ -46,11 +60,10 @@ def load_image_data(data_args: DataTrainingArguments, training_args, model_args)
             raw = images.load_digits_dataset(seed=training_args.seed)
     elif data_args.dataset_name != "imagefolder":
         raw = data.load_hub_dataset(data_args, model_args)
-    folders = {"train": data_args.train_dir, "validation": data_args.validation_dir, "test": data_args.test_dir}
-    for split, folder in folders.items():
-        if folder:  # images labelled by their class folders, if in some (the builder takes patterns: every file below)
-            files = {split: os.path.join(folder, "**")}
-            raw[split] = datasets.load_dataset("imagefolder", data_files=files, cache_dir=model_args.cache_dir)[split]
+    for split, (flag, folder) in data_args.folders().items():
+        if split in raw:
+            logger.warning(f"{flag} {folder} replaces the {split} split of --dataset_name {data_args.dataset_name}.")
+        raw[split] = images.load_image_folder(folder, flag, split, cache_dir=model_args.cache_dir)
     if "validation" not in raw and "train" in raw:
         held_out = raw["train"].train_test_split(test_size=0.15, seed=training_args.seed)
         raw["train"], raw["validation"] = held_out["train"], held_out["test"]
@@ -73,15 +86,23 @@ def main(argv: list[str] | None = None) -> dict:
     training_args.remove_unused_columns = False
     raw = load_image_data(data_args, training_args, model_args)
     config = loading.load_config(model_args, GMLPVisionConfig, VISION_PRESETS)
-    label_names = images.label_images(raw, data_args.label_column_name, config, model_args)
+    label_names = images.label_images(
+        raw, data_args.label_column_name, config, model_args, training=training_args.do_train
+    )
     set_labels(config, label_names)
     splits = {}
     if training_args.do_train:
-        splits["train"] = data.take_split(raw, "train", "--do_train", data_args.max_train_samples)
+        splits["train"] = data.take_split(
+            raw, "train", "--do_train", data_args.max_train_samples, source_flag="--train_dir"
+        )
     if training_args.do_eval:
-        splits["validation"] = data.take_split(raw, "validation", "--do_eval", data_args.max_eval_samples)
+        splits["validation"] = data.take_split(
+            raw, "validation", "--do_eval", data_args.max_eval_samples, source_flag="--validation_dir"
+        )
     if training_args.do_predict:
-        splits["test"] = data.take_split(raw, "test", "--do_predict", data_args.max_predict_samples)
+        splits["test"] = data.take_split(
+            raw, "test", "--do_predict", data_args.max_predict_samples, source_flag="--test_dir"
+        )
     if model_args.model_name_or_path:
         name, load = model_args.model_name_or_path, AutoImageProcessor.from_pretrained
         image_processor = loading.from_name(load, name, "--model_name_or_path", **model_args.hub_kwargs())
@@ -123,7 +144,8 @@ def main(argv: list[str] | None = None) -> dict:
             labels = [label_names[int(p)] for p in logits.argmax(1)]
             training.write_predictions(path, {"image": [f.get("path") or "" for f in files], "prediction": labels})
             logger.info(f"Wrote the test images' predicted labels to {path}")
-    model_card.publish(trainer, model_args.model_name_or_path, "image-classification", data_args.dataset_name)
+    trained_on = data_args.train_dir or data_args.dataset_name
+    model_card.publish(trainer, model_args.model_name_or_path, "image-classification", trained_on)
     return metrics
 
 

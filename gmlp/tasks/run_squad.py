@@ -70,10 +70,11 @@ def main(argv: list[str] | None = None) -> dict:
     answer_kwargs = {name: getattr(data_args, name) for name in names}
 
     def questions(split: str, flag: str, max_samples: int | None, needs_answers: bool = False):
-        examples = data.take_split(raw, split, flag, max_samples)
+        examples = data.take_split(raw, split, flag, max_samples, source_flag=f"--{split}_file")
         columns = ["id", "question", "context"] + (["answers"] if needs_answers else [])
         source = data_args.data_files().get(split, f"The {split} data")
         data.require_columns(examples, columns, source, hint=f"SQuAD needs {columns}.")
+        squad.check_unique_ids(examples, source)
         if flag != "--do_train":  # training data is checked with its answers' positions (`check_training_answers`)
             squad.check_unanswered(examples, source, data_args.version_2_with_negative, flag)
         return examples

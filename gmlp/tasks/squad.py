@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 
 import datasets
@@ -15,8 +16,13 @@ import numpy as np
 from ..tokenization_gmlp import check_text_file
 from .data import load_data_files
 from .metrics import ANSWERS, squad_scores, squad_v2_scores
+from .training import finite_or_null
 
 logger = logging.getLogger(__name__)
+
+# The null odds of a question without any span to answer with (JSON has no Infinity): more than any real odds, so that
+# SQuAD 2.0's official script, reading null_odds.json as its --na-prob-file, ranks it first among the unanswered.
+NO_SPAN_ODDS = sys.float_info.max
 
 SQUAD_FEATURES = datasets.Features(
     {**dict.fromkeys(["id", "title", "context", "question"], datasets.Value("string")), "answers": ANSWERS}
@@ -59,20 +65,39 @@ def load_squad_files(data_files: dict[str, str], cache_dir: str | None = None) -
     return datasets.DatasetDict(splits)
 
 
+def first_ids(ids: list[str]) -> str:
+    """The first three of `ids`, for a message."""
+    return ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
+
+
+def check_unique_ids(examples, source: str) -> None:
+    """An error naming the question ids that `examples` (read from `source`) repeat: answers are keyed by id, so two
+    questions of one id would be predicted as one, from both contexts at once, and scored against one answer."""
+    if repeated := [qid for qid, count in collections.Counter(examples["id"]).items() if count > 1]:
+        raise ValueError(
+            f"{source}: {len(repeated)} question id(s) are used by more than one question ({first_ids(repeated)}). Answers are matched to questions by id: give every question its own id."
+        )
+
+
 def check_training_answers(examples, source: str, version_2_with_negative: bool, skip: bool = False):
     """`examples` whose answers all lie in their contexts (`context[start:start + len(text)] == text`): a shifted
     `answer_start` would train on the wrong span without any error. An error names the bad questions' ids, or, with
     `skip`, they are dropped and counted in the log. An empty answer list is only allowed in SQuAD 2.0."""
-    bad = {}
+    bad, unanswered = {}, []
     for qid, context, answers in zip(examples["id"], examples["context"], examples["answers"]):
         if not answers["text"] and not version_2_with_negative:
             bad[qid] = "no answer (unanswerable questions need --version_2_with_negative)"
+            unanswered.append(qid)
         for text, start in zip(answers["text"], answers["answer_start"]):
             if context[start : start + len(text)] != text:
                 bad[qid] = f"answer {text!r} is not at character {start} of its context"
                 break
     if not bad:
         return examples
+    if unanswered and not skip:
+        raise ValueError(
+            f"{source}: {len(unanswered)} of {len(examples)} training questions have no answer ({first_ids(unanswered)}), as SQuAD 2.0's unanswerable ones. Pass --version_2_with_negative to train on them as SQuAD 2.0 (--skip_invalid_answers would drop them all)."
+        )
     shown = "; ".join(f"{qid}: {reason}" for qid, reason in list(bad.items())[:3])
     if not skip:
         raise ValueError(
@@ -101,7 +126,7 @@ def check_unanswered(examples, source: str, version_2_with_negative: bool, flag:
             "For SQuAD 2.0 data pass --version_2_with_negative; to predict answers only, pass the questions as "
             "--test_file with --do_predict."
         )
-    shown = ", ".join(unanswered[:3]) + (", ..." if len(unanswered) > 3 else "")
+    shown = first_ids(unanswered)
     raise ValueError(
         f"{source}: {len(unanswered)} of {len(examples)} questions have no answer ({shown}), as SQuAD 2.0's "
         f"unanswerable ones. Pass --version_2_with_negative to score them as SQuAD 2.0 ({flag} would score none of "
@@ -182,8 +207,9 @@ def postprocess_qa_predictions(
 ) -> dict[str, str]:
     """The answer of every example: its best span over its features' `n_best_size` best starts and ends, at most
     `max_answer_length` tokens long; with `version_2_with_negative`, no answer where the null score (start and end at
-    [CLS]) beats that span's by more than `null_score_diff_threshold`. With `output_dir`, also written there
-    (`[prefix_]predictions.json` in SQuAD's official format, `nbest_predictions.json`, v2.0's `null_odds.json`)."""
+    [CLS]) beats that span's by more than `null_score_diff_threshold`, or where there is no span (its null odds are
+    then NO_SPAN_ODDS). With `output_dir`, also written there as strict JSON (`[prefix_]predictions.json` in SQuAD's
+    official format, `nbest_predictions.json`, v2.0's `null_odds.json`)."""
     all_start_logits, all_end_logits = predictions
     features_per_example = collections.defaultdict(list)
     for i, example_id in enumerate(features["example_id"]):
@@ -217,8 +243,9 @@ def postprocess_qa_predictions(
             candidate["probability"] = float(probability)
         if version_2_with_negative:
             best_span = next((candidate for candidate in candidates if candidate["text"]), None)
-            null_odds[example["id"]] = float(min_null_score) - (best_span["score"] if best_span else -np.inf)
-            answers[example["id"]] = "" if null_odds[example["id"]] > null_score_diff_threshold else best_span["text"]
+            odds = float(min_null_score) - best_span["score"] if best_span else NO_SPAN_ODDS
+            answers[example["id"]] = best_span["text"] if best_span and odds <= null_score_diff_threshold else ""
+            null_odds[example["id"]] = odds
         else:
             answers[example["id"]] = candidates[0]["text"]
         all_nbest[example["id"]] = candidates
@@ -229,7 +256,7 @@ def postprocess_qa_predictions(
         os.makedirs(output_dir, exist_ok=True)
         for name, content in files.items():
             path = os.path.join(output_dir, f"{prefix}_{name}" if prefix else name)
-            Path(path).write_text(json.dumps(content, indent=4, ensure_ascii=False), encoding="utf-8")
+            Path(path).write_text(json.dumps(finite_or_null(content), indent=4, ensure_ascii=False), encoding="utf-8")
             logger.info(f"Wrote {path}")
     return answers
 

@@ -4,6 +4,7 @@ and write the metrics and the predictions.
 The other pieces the scripts share live by concern: `arguments` (parsing and the checks at start), `loading` (config,
 tokenizer, model), `data`, `labels`, `collators`, `evaluation` (the metrics during evaluation) and `checkpoints`."""
 
+import math
 from pathlib import Path
 
 from .checkpoints import RunSettings, disk_full_explained, resolve_checkpoint
@@ -25,9 +26,19 @@ def train_and_save(trainer, num_train_samples: int | None, arguments) -> None:
 
 
 def record_metrics(trainer, split: str, metrics: dict) -> None:
-    """Log `metrics` and merge them into `<split>_results.json` and `all_results.json` of the output directory."""
+    """Log `metrics` and merge them into `<split>_results.json` and `all_results.json` of the output directory (as
+    strict JSON: a metric that is no finite number, such as a diverged run's NaN loss, is null there)."""
     trainer.log_metrics(split, metrics)
-    trainer.save_metrics(split, metrics)
+    trainer.save_metrics(split, finite_or_null(metrics))
+
+
+def finite_or_null(value):
+    """`value` (a dict, list or number) with None for every float that is not finite (NaN, ±inf), which JSON lacks."""
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(item) for item in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def write_predictions(path: str, columns: dict[str, list]) -> None:
