@@ -76,7 +76,8 @@ def tokenize_for_mlm(
 
     def tokenize(examples):
         if not line_by_line:
-            return tokenizer(examples[text_column], verbose=False, **outputs)  # cut into blocks next: no length warning
+            # Cut into blocks next: Transformers' warning that a text is longer than model_max_length is false.
+            return tokenizer(examples[text_column], verbose=False, **outputs)
         lines = [line for line in examples[text_column] if line and not line.isspace()]
         # The collator cannot pad offset mappings, so whole-word masking pads every line to max_seq_length here.
         padding = "max_length" if whole_word_mask or pad_to_max_length else False
