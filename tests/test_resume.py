@@ -114,6 +114,14 @@ RESUMES = {  # case -> run_mlm.py's options, the checkpoints resumed from, and t
         ["checkpoint-4", "checkpoint-8", "checkpoint-12"],
         [0.5, 1.0, 1.5],
     ),
+    # A worker process kept across epochs collates: it reads the epoch from shared memory, so a resume in the second
+    # epoch (whose workers start there) draws the masks the uninterrupted run's worker drew.
+    "blocks, a persistent data-loader worker": (
+        {"max_steps": 14, "save_steps": 12, "per_device_train_batch_size": 8, "dataloader_num_workers": 1}
+        | {"dataloader_persistent_workers": True},
+        ["checkpoint-12"],
+        [1.5],
+    ),
     "gradient accumulation, whole words": (
         {"max_steps": 6, "save_steps": 2, "gradient_accumulation_steps": 2, "line_by_line": True},
         ["checkpoint-2", "checkpoint-4"],

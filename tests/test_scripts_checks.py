@@ -387,7 +387,7 @@ class FullDiskAt(TrainerCallback):
 FULL_DISK = {
     # name: (the file written to the full disk, free space the filesystem reports, or None for the real figure)
     "torch's optimizer state": ("optimizer.pt", 0),
-    "the run's settings (Python's OSError)": ("run_settings.json", None),
+    "the run's settings (Python's OSError)": (".run_settings.json.partial", None),  # renamed once written
 }
 
 

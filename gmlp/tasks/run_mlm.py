@@ -160,8 +160,8 @@ def main(argv: list[str] | None = None) -> dict:
         data_collator=CheckedCollator(collator, input_ids=vocab_size, labels=vocab_size),
         compute_metrics=evaluation_metrics.compute_metrics,
         preprocess_logits_for_metrics=evaluation_metrics.preprocess_logits_for_metrics,
-        callbacks=[collator],  # the epoch, for the masks' seeds
     )
+    trainer.add_callback(collator)  # the epoch, for the masks' seeds
     metrics = {}
     if training_args.do_train:
         num_train_samples = None if data_args.streaming else len(train_dataset)
