@@ -146,6 +146,7 @@ def parse_arguments(dataclass_types, argv: list[str] | None = None, no_predict: 
         logger.warning(
             "accelerate launch was asked for several processes but started one (world size 1): with --cpu, or a config whose distributed_type is not MULTI_GPU, it runs a single process. On the CPU, start N processes with `accelerate launch --multi_gpu --num_processes N` (gloo) or `torchrun --nproc_per_node N`."
         )
+    check_save_on_each_node(training_args)
     transformers.set_seed(training_args.seed)
     for flag, asked in (("--fsdp", training_args.fsdp_plugin_args), ("--deepspeed", training_args.deepspeed)):
         if asked is not None and training_args.device.type == "cpu":
@@ -245,6 +246,20 @@ def unknown_flags(arguments: list[str], options: set[str]) -> str:
         fix = "a .json file of arguments must come first" if json_file else "a value with spaces needs quotes"
         message = f"{' '.join(stray)} follow(s) no option ({fix}). " + message
     return message.strip()
+
+
+def check_save_on_each_node(training_args: TrainingArguments) -> None:
+    """`--save_on_each_node` on several nodes is refused: Transformers 5 writes the model's weights and config on the
+    first process only (`save_pretrained`), whatever the flag says, so the other nodes' checkpoints could not be
+    resumed, and their folders would not be cleaned by `--overwrite_output_dir` or checked for another run's."""
+    nodes = training_args.world_size // int(os.environ.get("LOCAL_WORLD_SIZE", training_args.world_size))
+    if training_args.save_on_each_node and nodes > 1:
+        raise ValueError(
+            f"--save_on_each_node on {nodes} nodes: Transformers saves the model's weights and config from the first "
+            "process only, so the other nodes' checkpoints would lack them and could not be resumed. Drop "
+            "--save_on_each_node and give every node the same --output_dir on a shared folder (a network file "
+            "system): the first process writes each checkpoint there, and every node resumes from it."
+        )
 
 
 def check_hub_push(training_args: TrainingArguments) -> None:

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import json
 import logging
+import os
 import re
 import shutil
 import traceback
@@ -94,7 +95,9 @@ def weights_problem(folder: Path) -> str | None:
 
 
 def checkpoint_problem(folder: Path) -> str | None:
-    """Why the Trainer checkpoint `folder` cannot be resumed from (a file missing, unreadable, cut short), or None."""
+    """Why the Trainer checkpoint `folder` cannot be resumed from (a file missing, cut short or unreadable), or None.
+    Every file a resume reads is read here, not only seen: its weights opened, each JSON file parsed (the config,
+    the trainer state, `run_settings.json`, the tokenizer's), each torch archive's directory found."""
     if problem := weights_problem(folder):
         return problem
     needed = [folder / "trainer_state.json", folder / "scheduler.pt"]
@@ -102,16 +105,17 @@ def checkpoint_problem(folder: Path) -> str | None:
         # FSDP's full optimizer state (the Trainer's --fsdp with FULL_STATE_DICT) is optimizer.bin.
         full = folder / "optimizer.bin"
         needed.append(full if full.is_file() else folder / "optimizer.pt")
-    for path in needed:
-        if not path.is_file() or path.stat().st_size == 0:
-            return f"{path} is missing or empty"
+    if missing := next((path for path in needed if not path.is_file()), None):
+        return f"{missing} is missing"
+    for path in sorted(folder.iterdir()):
+        if path.suffix == ".json":
+            try:
+                json.loads(path.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as error:
+                return f"{path} is not readable JSON ({error})"
         # torch.save writes zip archives; a file cut short lacks the archive's closing directory.
-        if path.suffix in (".pt", ".bin") and not zipfile.is_zipfile(path):
+        elif path.suffix in (".pt", ".bin", ".pth") and not zipfile.is_zipfile(path):
             return f"{path} is truncated or corrupt"
-    try:
-        json.loads((folder / "trainer_state.json").read_text())
-    except ValueError as error:
-        return f"{folder / 'trainer_state.json'} is not readable JSON ({error})"
     return None
 
 
@@ -149,7 +153,7 @@ class RunSettings(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and checkpoint.is_dir():
-            (checkpoint / "run_settings.json").write_text(json.dumps(self.settings, indent=1, sort_keys=True))
+            write_atomically(checkpoint / "run_settings.json", json.dumps(self.settings, indent=1, sort_keys=True))
 
     def compare(self, checkpoint: str) -> None:
         """Log each setting in which the run that wrote `checkpoint` differs from this one."""
@@ -164,6 +168,14 @@ class RunSettings(TrainerCallback):
                 f"{checkpoint} was written by a run with other settings: {'; '.join(changed)}. The optimizer and "
                 "learning-rate schedule continue from the checkpoint's."
             )
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`path` with `text`, written under a temporary name and then renamed: a run killed meanwhile leaves no file cut
+    short (a resume would read it), only the temporary one."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
 
 
 @contextlib.contextmanager

@@ -1,14 +1,15 @@
 """Loading what a run starts from, with clear errors: the config (a preset, a folder or a Hub id, then
-`--config_overrides`), the tokenizer (never promising inputs longer than the model's n) and the model."""
+`--config_overrides`), the tokenizer and the model, and the sequence length (which the tokenizer then says)."""
 
 import difflib
+import json
 import logging
 import os
 from pathlib import Path
 
 import torch
 from huggingface_hub.constants import is_offline_mode
-from huggingface_hub.errors import StrictDataclassClassValidationError
+from huggingface_hub.errors import StrictDataclassError
 from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer
 
@@ -55,38 +56,39 @@ def load_config(model_args: ModelArguments, config_class=GMLPConfig, presets: di
         return config
     if not all("=" in item for item in overrides.split(",")):
         raise ValueError(f"--config_overrides takes `key=value` pairs separated by commas, got {overrides!r}.")
+    pairs = dict(item.split("=", 1) for item in overrides.split(","))
+    # `update_from_string` converts a value to the type of the field's current one; a field now None has none.
+    unset = {key: value for key, value in pairs.items() if getattr(config, key, 0) is None}
     try:
-        config.update_from_string(overrides)
+        for key, value in unset.items():
+            setattr(config, key, json_value(value))
+        if others := ",".join(f"{key}={value}" for key, value in pairs.items() if key not in unset):
+            config.update_from_string(others)
         config.validate()
-    except (ValueError, StrictDataclassClassValidationError) as error:
+    except (ValueError, TypeError, StrictDataclassError) as error:
         keys = f" Valid keys: {sorted(config.to_dict())}." if isinstance(error, ValueError) else ""
         raise ValueError(f"--config_overrides {overrides!r}: {error.__cause__ or error}.{keys}") from error
     logger.info(f"Config after --config_overrides: {config}")
     return config
 
 
-def load_tokenizer(model_args: ModelArguments, config, required: bool = True):
-    """The tokenizer of `--tokenizer_name`, else of `--model_name_or_path` (fitted to `config`, see
-    `fit_tokenizer_to_model`); else None (an error if `required`)."""
+def json_value(text: str):
+    """`text` as a JSON number, `true`, `false` or `null`, else the string itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def load_tokenizer(model_args: ModelArguments, *, required: bool = True):
+    """The tokenizer of `--tokenizer_name`, else of `--model_name_or_path`; else None (an error if `required`)."""
     name = model_args.tokenizer_name or model_args.model_name_or_path
     if name is None:
         if required:
             raise ValueError("No tokenizer: pass --tokenizer_name, or a --model_name_or_path that has one.")
         return None
     option = "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path"
-    return fit_tokenizer_to_model(
-        from_name(AutoTokenizer.from_pretrained, name, option, **model_args.hub_kwargs()), config
-    )
-
-
-def fit_tokenizer_to_model(tokenizer, config):
-    """`tokenizer` with its `model_max_length` at most the model's n (`max_position_embeddings`), so that the
-    tokenizer a run saves beside the model never offers longer inputs than the model takes."""
-    n = config.max_position_embeddings
-    if tokenizer.model_max_length > n:
-        logger.info(f"The tokenizer's model_max_length {tokenizer.model_max_length} set to the model's n = {n}.")
-        tokenizer.model_max_length = n
-    return tokenizer
+    return from_name(AutoTokenizer.from_pretrained, name, option, **model_args.hub_kwargs())
 
 
 def load_model(auto_class, model_args: ModelArguments, config, tokenizer=None):
@@ -138,13 +140,21 @@ def mismatched_weights(folder: str, auto_class, config) -> str:
 
 
 def check_max_seq_length(max_seq_length: int | None, config, tokenizer) -> int:
-    """`max_seq_length`, or the model's n (capped by the tokenizer) when not given; an error above n (W is n x n)."""
+    """`max_seq_length`, or when not given the model's n, or the tokenizer's `model_max_length` if smaller (logged);
+    an error above n (W is n x n). It becomes the tokenizer's `model_max_length`: the tokenizer saved beside the model
+    says the length the model was trained at, never what the tokenizer it started from said."""
     n = config.max_position_embeddings
     if max_seq_length is None:
-        return min(n, tokenizer.model_max_length)
-    if max_seq_length > n:
+        max_seq_length = min(n, tokenizer.model_max_length)
+        if max_seq_length < n:
+            logger.warning(
+                f"--max_seq_length {max_seq_length}, the tokenizer's model_max_length (the model's n is {n}); pass "
+                f"--max_seq_length {n} to use all of n."
+            )
+    elif max_seq_length > n:
         raise ValueError(
             f"--max_seq_length {max_seq_length} is larger than the model's spatial size n = max_position_embeddings "
             f"= {n}: pass at most {n}, or, from scratch, --config_overrides max_position_embeddings={max_seq_length}."
         )
+    tokenizer.model_max_length = max_seq_length
     return max_seq_length

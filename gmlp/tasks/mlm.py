@@ -3,12 +3,15 @@ the tokenizer trained on the fly, the fixed evaluation mask, and the evaluation'
 
 import dataclasses
 import logging
+import math
+import zlib
 from itertools import chain
 from pathlib import Path
 
 import datasets
 import numpy as np
-from transformers import AutoTokenizer, DataCollatorForLanguageModeling, DataCollatorForSeq2Seq
+import torch
+from transformers import AutoTokenizer, DataCollatorForLanguageModeling, DataCollatorForSeq2Seq, TrainerCallback
 
 from ..tokenization_gmlp import train_tokenizer
 from .data import is_text
@@ -73,12 +76,13 @@ def tokenize_for_mlm(
 
     def tokenize(examples):
         if not line_by_line:
-            return tokenizer(examples[text_column], **outputs)
+            # Cut into blocks next: Transformers' warning that a text is longer than model_max_length is false.
+            return tokenizer(examples[text_column], verbose=False, **outputs)
         lines = [line for line in examples[text_column] if line and not line.isspace()]
         # The collator cannot pad offset mappings, so whole-word masking pads every line to max_seq_length here.
         padding = "max_length" if whole_word_mask or pad_to_max_length else False
         tokenized = tokenizer(lines, truncation=True, max_length=max_seq_length, padding=padding, **outputs)
-        lengths = tokenizer(lines, return_length=True)["length"]
+        lengths = tokenizer(lines, return_length=True, verbose=False)["length"]
         tokenized["truncated_tokens"] = [max(0, length - max_seq_length) for length in lengths]
         if streaming and any(tokenized["truncated_tokens"]):  # a stream cannot be counted ahead: say it per batch
             logger.warning(
@@ -116,7 +120,7 @@ def with_fixed_mask(dataset, collator: "MaskedLMCollator", seed: int):
     """`dataset` masked once by `collator`, with a generator seeded by `seed`: each example gets its masked
     `input_ids` and its `labels`, so that every evaluation of every checkpoint scores the same masked positions (a
     fresh random mask per evaluation moves the perplexity by several percent). `MaskedLMCollator` only pads them."""
-    masker = dataclasses.replace(collator, seed=seed, sparse_prediction=False, pad_to_multiple_of=None)
+    masker = dataclasses.replace(collator, seed=seed, mask_seed=None, sparse_prediction=False, pad_to_multiple_of=None)
     # One example at a time, in order, in this process: the masks depend only on the seed and the data.
     return dataset.map(
         lambda example: {key: value[0].tolist() for key, value in masker([example]).items()},
@@ -127,21 +131,37 @@ def with_fixed_mask(dataset, collator: "MaskedLMCollator", seed: int):
 
 
 @dataclasses.dataclass
-class MaskedLMCollator(DataCollatorForLanguageModeling):
-    """Transformers' MLM collator, plus two things: examples that already carry `labels` (the fixed evaluation mask
-    of `with_fixed_mask`) are padded, not masked again; and with `sparse_prediction`, every batch asks
-    `GMLPForMaskedLM` for logits at the masked positions only (in training; the same loss, faster)."""
+class MaskedLMCollator(DataCollatorForLanguageModeling, TrainerCallback):
+    """Transformers' MLM collator, plus three things: examples that already carry `labels` (the fixed evaluation mask
+    of `with_fixed_mask`) are padded, not masked again; with `mask_seed`, each batch is masked by a generator seeded
+    from it, the epoch and the batch's tokens, so that a resumed run draws the masks the uninterrupted one drew
+    (torch's global random state, which masks would otherwise come from, is restored by the Trainer only after it has
+    collated the first resumed batch); and with `sparse_prediction`, every batch asks `GMLPForMaskedLM` for logits at
+    the masked positions only (in training; the same loss, faster). As a Trainer callback it counts the epochs."""
 
     sparse_prediction: bool = False
+    mask_seed: int | None = None
+    # In shared memory: the data loader's worker processes may outlive an epoch (--dataloader_persistent_workers).
+    epoch: torch.Tensor = dataclasses.field(default_factory=lambda: torch.zeros((), dtype=torch.long).share_memory_())
 
     def torch_call(self, examples):
         if isinstance(examples[0], dict) and "labels" in examples[0]:  # Seq2Seq's collator pads the labels with -100
             batch = DataCollatorForSeq2Seq(self.tokenizer, pad_to_multiple_of=self.pad_to_multiple_of)(examples)
         else:
+            if self.mask_seed is not None:
+                tokens = b"".join(np.asarray(example["input_ids"], dtype=np.int64).tobytes() for example in examples)
+                seed = np.random.SeedSequence([self.mask_seed, int(self.epoch), zlib.crc32(tokens)])
+                self.generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
             batch = super().torch_call(examples)
         if self.sparse_prediction:
             batch["sparse_prediction"] = True
         return batch
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.epoch.fill_(math.floor(state.epoch or 0))  # a resumed run's epoch
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self.epoch += 1
 
 
 def masked_token_evaluation() -> Evaluation:

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"--padding_free needs a model that keeps packed examples apart (gMLP, aMLP); this one is "
             f"{config.model_type!r}. Leave out --padding_free."
         )
-    tokenizer = loading.load_tokenizer(model_args, config)
+    tokenizer = loading.load_tokenizer(model_args)
     task, raw = load_task_data(data_args, training_args, model_args, config)
     source = data_args.train_file or data_args.validation_file or f"GLUE {task.name}"
     names = None

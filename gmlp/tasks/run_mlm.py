@@ -100,10 +100,9 @@ def main(argv: list[str] | None = None) -> dict:
         check_streaming(data_args, model_args, training_args)
 
     config = loading.load_config(model_args)
-    tokenizer = loading.load_tokenizer(model_args, config, required=False)
+    tokenizer = loading.load_tokenizer(model_args, required=False)
     if tokenizer is None and training_args.resume_from_checkpoint:  # the one the run trained
         tokenizer = AutoTokenizer.from_pretrained(checkpoints.resolve_checkpoint(training_args))
-        loading.fit_tokenizer_to_model(tokenizer, config)
     raw = load_raw_datasets(data_args, model_args)
     if tokenizer is None:
         tokenizer = mlm.train_or_load_tokenizer(raw, config, training_args)
@@ -138,7 +137,9 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset = data.take_split(tokenized, "train", "--do_train", data_args.max_train_samples)
     masking = {"mlm_probability": data_args.mlm_probability, "whole_word_mask": data_args.whole_word_mask}
     sparse_prediction = data_args.sparse_prediction and model.config.model_type == "gmlp"
-    collator = mlm.MaskedLMCollator(tokenizer, sparse_prediction=sparse_prediction, **masking)
+    collator = mlm.MaskedLMCollator(
+        tokenizer, sparse_prediction=sparse_prediction, mask_seed=training_args.seed, **masking
+    )
     eval_dataset = None
     if training_args.do_eval:
         # Evaluation goes over the same sequences every time: for a stream, its first ones, held in memory.
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> dict:
         compute_metrics=evaluation_metrics.compute_metrics,
         preprocess_logits_for_metrics=evaluation_metrics.preprocess_logits_for_metrics,
     )
+    trainer.add_callback(collator)  # the epoch, for the masks' seeds
     metrics = {}
     if training_args.do_train:
         num_train_samples = None if data_args.streaming else len(train_dataset)

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     check_no_evaluation_during_training(training_args)
     config = loading.load_config(model_args)
-    tokenizer = loading.load_tokenizer(model_args, config)
+    tokenizer = loading.load_tokenizer(model_args)
     if not tokenizer.is_fast:
         raise ValueError("run_squad.py needs a fast tokenizer (for offset mappings); pass one with --tokenizer_name.")
     if data_args.dataset_name is not None:
