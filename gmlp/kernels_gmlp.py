@@ -1,6 +1,7 @@
 """The spatial gating unit fused in Triton, forward and backward, for CUDA (and on the CPU under Triton's interpreter).
 
-`spatial_gating` computes what `GMLPLayer.gating` computes from U's output Z (before GELU), in five kernels:
+`spatial_gating` computes what `GMLPLayer.gating` computes from U's output Z (before GELU), in five kernels (the
+GEMM is used three ways):
 
 forward
   1. `_gate_norm_kernel`, one pass over the gate's half of Z: GELU, the gate's LayerNorm and the token mask; writes
@@ -14,7 +15,8 @@ gate and the product are rebuilt, never kept between the passes)
      variant multiplies.
   4. `_spatial_product_kernel` again: for a multiplicative variant W @ gate once more, whose epilogue writes the
      content's gradient dOut * (W gate + b + tiny) * GELU'(Z1) straight into dZ; then W^T @ dM, the gate's gradient.
-  5. `_weight_grad_kernel`: dW = sum over the batch of dM @ gate^T per head, and the bias's gradient beside it.
+  5. `_weight_grad_kernel`: dW = sum over the batch of dM @ gate^T per head, and the bias's gradient beside it (the
+     batch split across programs where L is short, the splits' fp32 partial sums added after).
   6. `_gate_norm_backward_kernel`: the LayerNorm's and GELU's backward per token, into dZ, with per-program partial
      sums of the LayerNorm's weight and bias gradients.
 
@@ -48,6 +50,8 @@ COMBINES = {
     "multiplicative_split": "multiplicative",
 }
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# About four programs per SM of an H100 (132 SMs): dW's GEMM splits the batch until it has as many.
+WEIGHT_GRAD_PROGRAMS = 512
 
 
 def is_available() -> bool:
@@ -246,7 +250,9 @@ def _weight_grad_kernel(
     weight_grad_ptr,
     bias_grad_ptr,
     batch,
+    samples_per_split,
     length,
+    heads,
     channels,
     head_channels,
     DOT_IN_FP32: tl.constexpr,
@@ -255,10 +261,13 @@ def _weight_grad_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    """dW[head] = sum over the batch of dM[b, :, head] @ gate[b, :, head]^T, one (BLOCK_M x BLOCK_N) tile per program
-    (grid: tiles, heads), accumulated in fp32 over the batch and the head's channels; the programs of the first
-    column of tiles also store the bias's gradient, dM's sum over the batch and the head's channels."""
-    head = tl.program_id(1)
+    """The share of one split of the batch (`samples_per_split` samples) in dW[head] = sum over the batch of
+    dM[b, :, head] @ gate[b, :, head]^T: one (BLOCK_M x BLOCK_N) tile per program (grid: tiles, heads, splits),
+    accumulated in fp32 over the split's samples and the head's channels, stored as the split's partial sum (fp32,
+    (splits, heads, L, L)); the programs of the first column of tiles also store the split's share of the bias's
+    gradient, dM's sum over the samples and the head's channels ((splits, heads, L)). Splitting the batch keeps the
+    GPU busy where L is short: (512 / 128)^2 tiles per head are 16 programs."""
+    head, split = tl.program_id(1), tl.program_id(2)
     tiles_n = tl.cdiv(length, BLOCK_N)
     tile_m, tile_n = tl.program_id(0) // tiles_n, tl.program_id(0) % tiles_n
     query = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -266,7 +275,8 @@ def _weight_grad_kernel(
     query_in, key_in = query < length, key < length
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     bias_acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    for sample in range(batch):
+    first_sample = split * samples_per_split
+    for sample in range(first_sample, tl.minimum(first_sample + samples_per_split, batch)):
         query_rows = (sample * length + query).to(tl.int64)
         key_rows = (sample * length + key).to(tl.int64)
         for start in range(0, head_channels, BLOCK_K):
@@ -286,7 +296,7 @@ def _weight_grad_kernel(
                 grad_mixed, gate = grad_mixed.to(tl.float32), gate.to(tl.float32)
             acc = tl.dot(grad_mixed, tl.trans(gate), acc, input_precision=DOT_PRECISION)
             bias_acc += tl.sum(grad_mixed.to(tl.float32), axis=1)
-    head_rows = head.to(tl.int64) * length
+    head_rows = (split * heads + head).to(tl.int64) * length
     tl.store(
         weight_grad_ptr + (head_rows + query)[:, None] * length + key[None, :],
         acc.to(weight_grad_ptr.dtype.element_ty),
@@ -364,15 +374,17 @@ def _block(size: int, largest: int) -> int:
 
 
 def _gemm_config(dtype: torch.dtype, *, rows: int, cols: int, depth: int) -> dict:
-    """Tiles for a (rows x depth) @ (depth x cols) product: 128 x 128 x 64 for 16-bit inputs (three stages of 32 KiB
-    of shared memory), 128 x 64 x 32 for fp32, smaller for small shapes."""
+    """Tiles for a (rows x depth) @ (depth x cols) product: 128 x 64 x 64 for 16-bit inputs, 64 x 64 x 32 for fp32,
+    smaller for small shapes; eight warps. Compiled for sm_90 (Triton 3.9, without a GPU), each kernel at gMLP-base's
+    sizes takes at most 172 registers and 90 KiB of shared memory with these, where 128 x 128 tiles and four warps
+    in fp32 ran out of registers (spills) in the epilogues; timings on a GPU may prefer others."""
     wide = dtype.itemsize == 2
     config = {
-        "BLOCK_M": _block(rows, 128),
-        "BLOCK_N": _block(cols, 128 if wide else 64),
+        "BLOCK_M": _block(rows, 128 if wide else 64),
+        "BLOCK_N": _block(cols, 64),
         "BLOCK_K": _block(depth, 64 if wide else 32),
     }
-    config["num_warps"] = 8 if config["BLOCK_M"] * config["BLOCK_N"] >= 128 * 128 else 4
+    config["num_warps"] = 8 if config["BLOCK_M"] * config["BLOCK_N"] >= 64 * 64 else 4
     config["num_stages"] = 3
     return config
 
@@ -386,8 +398,9 @@ def _row_config(channels: int) -> dict:
 
 def _dot_precision(dtype: torch.dtype) -> str:
     """fp32 products as torch's matmul makes them: IEEE fp32 unless TF32 is allowed
-    (`torch.set_float32_matmul_precision("high")`), which gives TF32's 10-bit mantissa. 16-bit inputs ignore it."""
-    return "tf32" if dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest" else "ieee"
+    (`torch.set_float32_matmul_precision("high")`), which gives TF32's 10-bit mantissa. 16-bit inputs take Triton's
+    default, which only fp32 inputs read."""
+    return "ieee" if dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest" else "tf32"
 
 
 def _dot_in_fp32(dtype: torch.dtype) -> bool:
@@ -579,25 +592,31 @@ def sgu_backward(
             epilogue="content_gradient",
             variant=variant,
         )
-    grad_weight = torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
-    grad_bias = torch.empty(bias.shape, dtype=bias.dtype, device=bias.device)
     config = _gemm_config(projected.dtype, rows=length, cols=length, depth=channels // heads)
     tiles = triton.cdiv(length, config["BLOCK_M"]) * triton.cdiv(length, config["BLOCK_N"])
+    samples_per_split = triton.cdiv(batch, min(batch, triton.cdiv(WEIGHT_GRAD_PROGRAMS, tiles * heads)))
+    splits = triton.cdiv(batch, samples_per_split)
+    partial_weight = projected.new_empty(splits, heads, length, length, dtype=torch.float32)
+    partial_bias = projected.new_empty(splits, heads, length, dtype=torch.float32)
     _launch(
         _weight_grad_kernel,
-        (tiles, heads),
+        (tiles, heads, splits),
         grad_mixed,
         gate,
-        grad_weight,
-        grad_bias,
+        partial_weight,
+        partial_bias,
         batch,
+        samples_per_split,
         length,
+        heads,
         channels,
         channels // heads,
         DOT_IN_FP32=_dot_in_fp32(projected.dtype),
         DOT_PRECISION=_dot_precision(projected.dtype),
         **config,
     )
+    grad_weight = partial_weight.sum(0).to(weight.dtype)
+    grad_bias = partial_bias.sum(0).to(bias.dtype)
     # The gate is no longer read: its buffer takes the gate's gradient W^T @ dM.
     grad_gate = gate
     _spatial_product(

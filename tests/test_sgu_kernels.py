@@ -10,7 +10,10 @@ model-sized unit, TF32, torch.compile) run too. The spatial weights are drawn fa
 (W ~ randn / sqrt(L), b ~ 1 + randn), where a token-mixing error would not hide.
 """
 
+import contextlib
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -119,6 +122,16 @@ def assert_matches(actual, expected, *, tolerance: float, what: str) -> None:
     assert error <= tolerance, f"{what}: relative error {error:.2e} > {tolerance}"
 
 
+@contextlib.contextmanager
+def float32_matmul_precision(precision: str):
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
 def check_against_reference(variant, *, dtype, device, tolerance=None, **sizes) -> None:
     """The kernels' output and every gradient within the dtype's tolerance of the fp32 reference."""
     inputs = make_inputs(variant, dtype=dtype, device=device, **sizes)
@@ -131,7 +144,8 @@ def check_against_reference(variant, *, dtype, device, tolerance=None, **sizes) 
         name: x.detach().float().requires_grad_() if name in GRADIENTS and x is not None else x
         for name, x in inputs.items()
     }
-    expected_out, expected_grads = run(reference, fp32_inputs, upstream, variant=variant)
+    with float32_matmul_precision("highest"):  # the reference in IEEE fp32 also where a test allows TF32
+        expected_out, expected_grads = run(reference, fp32_inputs, upstream, variant=variant)
     tolerance = tolerance or TOLERANCES[dtype]
     assert out.dtype == dtype
     assert_matches(out, expected_out, tolerance=tolerance, what=f"{variant} output")
@@ -158,6 +172,17 @@ def test_a_sequence_over_several_blocks_matches_the_reference(kernel_device, var
     GEMMs and in dW; one head of 40 channels."""
     check_against_reference(
         variant, batch=2, length=150, channels=40, heads=1, mask=True, tiny=False, dtype=torch.float32,
+        device=kernel_device,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("programs", [1, 2])
+def test_the_weight_gradient_over_splits_of_the_batch_matches_the_reference(kernel_device, monkeypatch, programs):
+    """dW's GEMM over the batch in one program per tile (as for long sequences on a GPU) and split unevenly (three
+    samples in splits of two), whose partial sums add up."""
+    monkeypatch.setattr(kernels_gmlp, "WEIGHT_GRAD_PROGRAMS", programs)
+    check_against_reference(
+        "multiplicative", batch=3, length=13, channels=10, heads=1, mask=True, tiny=True, dtype=torch.float32,
         device=kernel_device,
     )  # fmt: skip
 
@@ -281,6 +306,34 @@ def test_export_sees_one_op(kernel_device):
     torch.testing.assert_close(program.module()(projected, token_mask), module(projected, token_mask))
 
 
+def test_compiling_under_the_interpreter_fails_clearly(kernel_device):
+    """torch.compile cannot trace Triton's interpreter; it says so rather than compute with empty buffers."""
+    if not kernels_gmlp.INTERPRETED:
+        pytest.skip("the kernels are compiled here: test_compiled_matches_eager_on_the_gpu covers torch.compile")
+    module = SpatialGating(channels=8, heads=1, length=5, variant="additive")
+    projected = torch.randn(1, 5, 8, generator=torch.Generator().manual_seed(2))
+    with pytest.raises(Exception, match=r"torch.compile cannot trace Triton's interpreter \(TRITON_INTERPRET=1\)"):
+        torch.compile(module, fullgraph=True)(projected, None)
+
+
+def test_a_second_copy_of_the_module_serves_the_same_op(kernel_device):
+    """trust_remote_code imports a saved copy of this file beside the installed package's: it registers the ops
+    again, over the first copy's, and both compute the same."""
+    spec = importlib.util.spec_from_file_location("kernels_gmlp_remote_copy", kernels_gmlp.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    inputs = make_inputs(
+        "multiplicative_split", batch=2, length=6, channels=8, heads=2, mask=True, tiny=False, dtype=torch.float32,
+        device=kernel_device,
+    )  # fmt: skip
+    upstream = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(4)).to(kernel_device)
+    out, grads = run(copy.spatial_gating, inputs, upstream, variant="multiplicative_split")
+    first_out, first_grads = run(kernels_gmlp.spatial_gating, inputs, upstream, variant="multiplicative_split")
+    torch.testing.assert_close(out, first_out, rtol=0, atol=0)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, first_grads[name], rtol=0, atol=0)
+
+
 # ---- bad inputs and a missing Triton ------------------------------------------------------------------------------
 def test_a_bad_input_gets_a_clear_error(kernel_device):
     inputs = make_inputs(
@@ -321,6 +374,87 @@ def test_the_module_imports_without_triton(monkeypatch):
         module.spatial_gating(**inputs, eps=EPS, variant="additive")
 
 
+# ---- compiled for the GPU, without one ---------------------------------------------------------------------------
+HOPPER_SHARED_MEMORY = 227 * 1024  # the most shared memory one block of an H100 or H200 may take
+
+
+def compile_for_hopper() -> None:
+    """Compiles every kernel specialisation the ops launch for gMLP-base's unit (2 x 512 tokens, 1,536 gate channels;
+    bf16 in the four variants, fp32 in the split one) to sm_90 machine code with Triton's bundled ptxas, in place of
+    launching it, and prints one line per specialisation: the kernel's name and its shared memory in bytes. Needs a
+    process where Triton compiles (TRITON_INTERPRET unset); no GPU."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    compiled = set()
+
+    def compile_instead(kernel, grid, *args, **kwargs):
+        options = {name: kwargs.pop(name) for name in ("num_warps", "num_stages") if name in kwargs}
+        signature, attrs = {}, {}
+        for index, (name, value) in enumerate(zip(kernel.arg_names, args)):
+            if isinstance(value, torch.Tensor):
+                signature[name] = "*" + {torch.float32: "fp32", torch.bfloat16: "bf16"}[value.dtype]
+            else:
+                signature[name] = "fp32" if isinstance(value, float) else "i32"
+            if isinstance(value, int) and value % 16 == 0 or isinstance(value, torch.Tensor):
+                attrs[(index,)] = [["tt.divisibility", 16]]  # as the launcher specialises aligned arguments
+        signature.update(dict.fromkeys(kwargs, "constexpr"))
+        key = (kernel.__name__, str(signature), str(kwargs), str(options))
+        if key not in compiled:
+            compiled.add(key)
+            binary = triton.compile(
+                ASTSource(kernel, signature, kwargs, attrs), target=GPUTarget("cuda", 90, 32), options=options
+            )
+            print(kernel.__name__, binary.metadata.shared)
+
+    kernels_gmlp._launch = compile_instead
+    batch, length, channels = 2, 512, 1536
+    for variant, dtype in [
+        *((variant, torch.bfloat16) for variant in VARIANTS),
+        ("multiplicative_split", torch.float32),
+    ]:
+        width = 2 * channels if variant == "multiplicative_split" else channels
+        projected = torch.randn(batch, length, width).to(dtype)
+        parameters = (
+            torch.ones(channels),
+            torch.zeros(channels),
+            torch.randn(1, length, length),
+            torch.ones(1, length),
+        )
+        token_mask, tiny = torch.ones(batch * length), torch.randn(batch, length, channels).to(dtype)
+        kernels_gmlp.sgu_forward(projected, *parameters, token_mask, tiny, EPS, variant)
+        mean = rstd = torch.ones(batch * length)
+        grad = torch.randn(batch, length, channels).to(dtype)
+        kernels_gmlp.sgu_backward(grad, projected, mean, rstd, *parameters, token_mask, tiny, variant)
+
+
+@pytest.mark.e2e
+@pytest.mark.cpu_only("compiles for the GPU without one; on a GPU, the tests above run the compiled kernels")
+def test_every_kernel_compiles_for_hopper(device):
+    """The interpreter does not check what the compiler does (dtypes, tl.dot's shapes, registers, shared memory): each
+    kernel of gMLP-base's unit compiles to sm_90 machine code here, within a block's shared memory."""
+    import triton
+
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("this Triton has no bundled ptxas to compile for sm_90 with")
+    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    script = "import test_sgu_kernels; test_sgu_kernels.compile_for_hopper()"
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        check=False,
+        cwd=Path(__file__).parent,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line.split() for line in result.stdout.splitlines()]
+    kernels = {"_gate_norm_kernel", "_spatial_product_kernel", "_gate_rebuild_kernel", "_weight_grad_kernel"}
+    assert {line[0] for line in lines} == kernels | {"_gate_norm_backward_kernel"}, result.stdout
+    assert all(int(shared) <= HOPPER_SHARED_MEMORY for _name, shared in lines), result.stdout
+
+
 # ---- on a GPU only ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("variant", ["multiplicative_split", "multiplicative"])
 def test_a_model_sized_unit_matches_the_reference_on_the_gpu(cuda_device, variant):
@@ -336,15 +470,12 @@ def test_a_model_sized_unit_matches_the_reference_on_the_gpu(cuda_device, varian
 
 
 def test_tf32_stays_within_its_tolerance_on_the_gpu(cuda_device):
-    previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high")
-    try:
+    """fp32 inputs with TF32 allowed, as torch's matmul would take them: the kernels' tl.dot in TF32."""
+    with float32_matmul_precision("high"):
         check_against_reference(
             "multiplicative_split", batch=2, length=256, channels=512, heads=2, mask=True, tiny=True,
             dtype=torch.float32, device=cuda_device, tolerance=TF32_TOLERANCE,
         )  # fmt: skip
-    finally:
-        torch.set_float32_matmul_precision(previous)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
