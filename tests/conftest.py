@@ -22,6 +22,25 @@ floating inputs in bf16 and compare with the bf16 tolerance (helpers.assert_clos
 import os
 import sys
 
+
+def selects_cuda(argv: list[str]) -> bool:
+    """Whether this run's --device (or GMLP_TEST_DEVICE) is a CUDA device, read from the command line before pytest
+    parses it."""
+    name = os.environ.get("GMLP_TEST_DEVICE", "cpu")
+    for index, argument in enumerate(argv):
+        if argument == "--device" and index + 1 < len(argv):
+            name = argv[index + 1]
+        elif argument.startswith("--device="):
+            name = argument.removeprefix("--device=")
+    return name.startswith("cuda")
+
+
+# Triton decides when it is first imported (`import gmlp` imports it, through torch._dynamo) whether its kernels are
+# compiled or interpreted: a pass on the CPU interprets them (TRITON_INTERPRET=1), so that tests/test_sgu_kernels.py
+# runs the fused spatial gating unit on CPU tensors; a pass with --device cuda compiles them.
+if not selects_cuda(sys.argv):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import helpers
 import pytest
 import torch
