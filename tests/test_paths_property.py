@@ -10,7 +10,9 @@ near-zero init, where a token-mixing error would barely show.
 """
 
 import copy
+from contextlib import contextmanager
 from dataclasses import dataclass
+from unittest import mock
 
 import pytest
 import torch
@@ -19,12 +21,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from transformers import DynamicCache, StaticCache
 
-from gmlp import GMLPForCausalLM, GMLPForMaskedLM
+from gmlp import GMLPForCausalLM, GMLPForMaskedLM, modeling_gmlp
 
 N = 24  # the tiny models' n: a packed row of several sequences may be longer
 DIRECT_ONLY = 10**6  # a spatial_fft_min_length above n: the direct product
 FFT = 4  # below n: the FFT for tokens in order
 TOLERANCE = {"atol": 2e-4, "rtol": 2e-4}  # fp32: the FFT's rounding against the direct product
+GRADIENT_TOLERANCE = {"atol": 1e-5, "rtol": 1e-4}  # fp32: the kernel's blocked sums against PyTorch's
+KERNEL = modeling_gmlp.load_sgu_kernel() is not None  # Triton can run the kernels here (CUDA, or its interpreter)
 SGU_VARIANTS = ("multiplicative_split", "multiplicative", "additive", "linear")
 
 
@@ -43,7 +47,15 @@ class Case:
     padding: str = "right"  # "right" or "left" (causal only)
     positions: str = "none"  # "none", "sequential", "shifted", "gapped" or "packed"
     cache: str = "none"  # "none", "dynamic", "static" or "generate" (causal only)
+    kernel: bool = False  # sgu_kernel="triton": the fused gating unit wherever it applies
     seed: int = 0
+
+    @property
+    def kernel_applies(self) -> bool:
+        """The fused unit runs: no cache, tokens at 0..L-1 in every row (packed rows included: each sequence gets a
+        row), and no FFT (a Toeplitz W with the low threshold may take it, depending on the length)."""
+        in_order = self.positions in ("none", "packed") and self.padding == "right"
+        return self.kernel and self.cache == "none" and in_order and not (self.toeplitz and self.fft)
 
 
 def padding(draw, causal: bool, positions: str, cache: str) -> str:
@@ -74,6 +86,7 @@ def cases(draw) -> Case:
         padding=padding(draw, causal, positions, cache),
         positions=positions,
         cache=cache,
+        kernel=KERNEL and draw(st.booleans()),
         seed=draw(st.integers(0, 2**16)),
     )
 
@@ -90,6 +103,7 @@ def models(case: Case):
         sgu_variant=case.sgu_variant,
         num_sgu_heads=case.sgu_heads,
         recompute_gating=case.recompute_gating,
+        sgu_kernel="triton" if case.kernel else "torch",
     )
     config._attn_implementation = case.tiny_attention or "eager"
     model_class = GMLPForCausalLM if case.causal else GMLPForMaskedLM
@@ -101,7 +115,7 @@ def models(case: Case):
             layer.sgu.spatial_proj.bias.normal_()
     plain_config = copy.deepcopy(config)
     plain_config.spatial_weight_type, plain_config.spatial_fft_min_length = "dense", DIRECT_ONLY
-    plain_config.recompute_gating = False
+    plain_config.recompute_gating, plain_config.sgu_kernel = False, "torch"
     plain_config._attn_implementation = "eager"
     plain = model_class(plain_config).eval()
     state = model.state_dict()
@@ -151,8 +165,7 @@ def padded_batch(case: Case, rows: list[torch.Tensor]):
 def check_forward(case: Case, model, plain, rows: list[torch.Tensor]) -> None:
     expected = [alone(plain, row, row_positions(case, len(row), index)) for index, row in enumerate(rows)]
     if case.positions == "packed":
-        ids = torch.cat(rows)[None]
-        positions = torch.cat([torch.arange(len(row)) for row in rows])[None]
+        ids, positions = torch.cat(rows)[None], packed_positions(rows)
         with torch.no_grad():
             logits = model(ids, position_ids=positions).logits[0]
         actual = list(logits.split([len(row) for row in rows]))
@@ -211,37 +224,69 @@ def check_generate(case: Case, model, plain, rows: list[torch.Tensor]) -> None:
             torch.testing.assert_close(step_logits[index], want, **TOLERANCE, msg=f"row {index} step {step} of {case}")
 
 
-def check_gating_gradients(case: Case, model, rows: list[torch.Tensor]) -> None:
-    """Recomputed and kept gating units give every parameter the same gradient (training mode, dropout 0)."""
+def check_gating_gradients(case: Case, model, rows: list[torch.Tensor], switch: str) -> None:
+    """The gating unit computed both ways of `switch` gives every parameter the same gradient (training mode,
+    dropout 0): "recompute_gating" (recomputed or kept) or "kernel" (the fused Triton unit or PyTorch's)."""
     ids, mask, positions, _ = padded_batch(case, rows)
     kwargs = {} if positions is None else {"position_ids": positions}
-    labels = ids.masked_fill(mask == 0, -100)
+    if case.positions == "packed":
+        ids, kwargs, mask = torch.cat(rows)[None], {"position_ids": packed_positions(rows)}, None
+    labels = ids if mask is None else ids.masked_fill(mask == 0, -100)
     model.train()
     grads = []
-    for recompute in (True, False):
+    for on in (True, False):
         for layer in model.gmlp.encoder.layer:
-            layer.recompute_gating = recompute
+            if switch == "kernel":
+                layer.sgu.kernel_choice = "triton" if on else "torch"
+            else:
+                layer.recompute_gating = on
         model.zero_grad(set_to_none=True)
         model(ids, attention_mask=mask, labels=labels, **kwargs).loss.backward()
         grads.append({name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None})
     model.eval()
     assert grads[0].keys() == grads[1].keys()
     for name in grads[0]:
-        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-5, msg=name)
+        torch.testing.assert_close(grads[0][name], grads[1][name], **GRADIENT_TOLERANCE, msg=f"{name} of {case}")
+
+
+def packed_positions(rows: list[torch.Tensor]) -> torch.Tensor:
+    """The rows packed in one row (DataCollatorWithFlattening's layout): positions restarting at 0 for each."""
+    return torch.cat([torch.arange(len(row)) for row in rows])[None]
+
+
+@contextmanager
+def counting_kernel_calls():
+    """Counts the model's calls of the fused gating unit (a list that grows by one per call)."""
+    kernel, calls = modeling_gmlp.load_sgu_kernel(), []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return kernel(*args, **kwargs)
+
+    with mock.patch.object(modeling_gmlp, "load_sgu_kernel", lambda: counted if kernel is not None else None):
+        yield calls
 
 
 def check(case: Case) -> None:
     model, plain = models(case)
     generator = torch.Generator().manual_seed(case.seed)
-    rows = [torch.randint(5, 64, (length,), generator=generator) for length in case.lengths]
-    if case.cache in ("dynamic", "static"):
-        check_cached_steps(case, model, plain, rows)
-    elif case.cache == "generate":
-        check_generate(case, model, plain, rows)
-    else:
-        check_forward(case, model, plain, rows)
-        if case.positions != "packed" and case.seed % 4 == 0:  # the gradients of one case in four: they cost most
-            check_gating_gradients(case, model, rows)
+    rows = [torch.randint(5, 64, (length,), generator=generator, device="cpu") for length in case.lengths]
+    rows = [row.to(torch.get_default_device()) for row in rows]  # drawn on the CPU, run on --device
+    with counting_kernel_calls() as calls:
+        if case.cache in ("dynamic", "static"):
+            check_cached_steps(case, model, plain, rows)
+        elif case.cache == "generate":
+            check_generate(case, model, plain, rows)
+        else:
+            check_forward(case, model, plain, rows)
+    if case.kernel_applies:
+        assert calls, f"the fused gating unit never ran in {case}"
+    elif not case.kernel:
+        assert not calls, f"the fused gating unit ran in {case}, which asked for PyTorch's"
+    if case.cache == "none" and case.kernel:
+        check_gating_gradients(case, model, rows, "kernel")
+    elif case.cache == "none" and case.positions != "packed" and case.seed % 4 == 0:  # one in four: they cost most
+        check_gating_gradients(case, model, rows, "recompute_gating")
 
 
 # The cases that were silently wrong before: the FFT path with a cache or out-of-order positions, and packed rows
@@ -256,9 +301,16 @@ def check(case: Case) -> None:
 @example(Case(positions="packed", lengths=(11, 9, 8)))
 @example(Case(causal=True, tiny_attention="sdpa", positions="packed", lengths=(11, 9, 8)))
 @example(Case(tiny_attention="eager", positions="packed", lengths=(11, 9, 8)))
-@settings(max_examples=40, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(Case(kernel=KERNEL, toeplitz=False, tiny_attention="sdpa", sgu_heads=2, lengths=(9, 6)))
+@example(Case(kernel=KERNEL, fft=False, causal=True, sgu_variant="additive", positions="packed", lengths=(11, 9, 8)))
+@settings(
+    max_examples=40,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(cases())
-def test_every_path_gives_the_plain_paths_logits(case):
+def test_every_path_gives_the_plain_paths_logits(on_device, case):
     check(case)
 
 
