@@ -16,7 +16,7 @@ the CPU as in CI; on CUDA, fp32 is fp32 (TF32 off).
 
 `--dtype bf16` (or GMLP_TEST_DTYPE) is the bf16 pass: the tests that take the `dtype` fixture build their models and
 floating inputs in bf16 and compare with the bf16 tolerance (helpers.assert_close); those marked `bf16`
-(tests/test_bf16.py, which compare bf16 with fp32 themselves) run as in every pass; the others skip.
+(tests/model/test_bf16.py, which compare bf16 with fp32 themselves) run as in every pass; the others skip.
 """
 
 import os
@@ -36,7 +36,7 @@ def selects_cuda(argv: list[str]) -> bool:
 
 
 # Triton decides when it is first imported (`import gmlp` imports it, through torch._dynamo) whether its kernels are
-# compiled or interpreted: a pass on the CPU interprets them (TRITON_INTERPRET=1), so that tests/test_sgu_kernels.py
+# compiled or interpreted: a pass on the CPU interprets them (TRITON_INTERPRET=1), so that tests/model/test_sgu_kernels.py
 # runs the fused spatial gating unit on CPU tensors; a pass with --device cuda compiles them.
 if not selects_cuda(sys.argv):
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -90,7 +90,7 @@ def pytest_configure(config):
         "markers", "cpu_only(reason): a device-aware module's test that runs in the CPU pass only, for this reason"
     )
     config.addinivalue_line("markers", "bf16: compares bf16 with fp32 itself, so runs in every --dtype pass")
-    # Markers of Transformers' common tests (fetched at test time, see tests/transformers_common/upstream.py),
+    # Markers of Transformers' common tests (fetched at test time, see tests/model/transformers_common/upstream.py),
     # registered as in Transformers' own conftest.py so that pytest does not warn about unknown marks.
     markers = (
         "slow",
@@ -131,7 +131,7 @@ def pytest_collection_modifyitems(config, items):
         elif device.type != "cpu" and cpu_only:
             reason = f"CPU only: {cpu_only.args[0]}"
         elif bf16_pass and "dtype" not in item.fixturenames and "bf16" not in item.keywords:
-            reason = "fp32 only: a --dtype bf16 pass runs the tests that take `dtype`, and tests/test_bf16.py"
+            reason = "fp32 only: a --dtype bf16 pass runs the tests that take `dtype`, and tests/model/test_bf16.py"
         else:
             continue
         item.add_marker(pytest.mark.skip(reason=reason))

@@ -13,7 +13,7 @@ from gmlp import GMLPConfig, GMLPVisionConfig
 
 # The tiny models of the tests: small enough to run hundreds of times, dropout off so that outputs are deterministic,
 # and a visible spatial init (W near zero would hide token mixing). conftest.py's `tiny_config` and
-# `tiny_vision_config` start from these; tests/fsdp_worker.py, a process of its own, reads TINY_TEXT.
+# `tiny_vision_config` start from these; tests/ecosystem/fsdp_worker.py, a process of its own, reads TINY_TEXT.
 TINY_TEXT = {
     "vocab_size": 64,
     "hidden_size": 32,
@@ -135,7 +135,7 @@ def seeded(draw, *args, seed: int, **kwargs) -> torch.Tensor:
     return draw(*args, generator=generator, device="cpu", **kwargs).to(torch.get_default_device())
 
 
-# bf16 keeps 8 bits of mantissa: after a few layers a relative error of a few 1e-3 is expected. tests/test_bf16.py
+# bf16 keeps 8 bits of mantissa: after a few layers a relative error of a few 1e-3 is expected. tests/model/test_bf16.py
 # explains the figure; it is far below what a wrong path gives (tens of percent).
 BF16_RELATIVE_TOLERANCE = 3e-2
 

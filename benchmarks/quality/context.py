@@ -25,8 +25,8 @@ KEEP_FREED_MEMORY = 2**31 - 1
 KEY_IGNORED_CONFIG_FIELDS = {
     *("transformers_version", "use_cache", "auto_map", "_name_or_path", "architectures", "dtype"),
     *("output_attentions", "output_hidden_states", "return_dict"),
-    "recompute_gating",  # memory against time only: the same gradients (tests/test_modeling.py)
-    "sgu_kernel",  # how the same gating unit runs (Triton or PyTorch), tested equal (tests/test_paths_property.py)
+    "recompute_gating",  # memory against time only: the same gradients (tests/model/test_modeling.py)
+    "sgu_kernel",  # how the same gating unit runs (Triton or PyTorch), tested equal (tests/model/test_paths_property.py)
 }
 
 

@@ -1,4 +1,4 @@
-"""FSDP2 on the CPU: the work of one process under `torchrun --nproc_per_node 2` (gloo), for tests/test_fsdp.py.
+"""FSDP2 on the CPU: the work of one process under `torchrun --nproc_per_node 2` (gloo), for tests/ecosystem/test_fsdp.py.
 
 Each process trains its half of every global batch under PyTorch's `fully_shard`, in two groupings:
 
@@ -13,7 +13,7 @@ the `layers` model with `save_pretrained` as the Trainer does (its gathered weig
 its optimizer with `torch.distributed.checkpoint`, then loads them into a fresh sharded model and optimizer. The
 test, not this file, asserts.
 
-Usage: torchrun --nproc_per_node 2 tests/fsdp_worker.py OUTPUT_DIR
+Usage: torchrun --nproc_per_node 2 tests/ecosystem/fsdp_worker.py OUTPUT_DIR
 """
 
 import json

@@ -1,7 +1,7 @@
 """FSDP2 on the CPU: GMLPForMaskedLM (gMLP and aMLP) under PyTorch's `fully_shard` on 2 processes (torchrun, gloo)
 against the unsharded model, a sharded `torch.distributed.checkpoint` round trip, and the groups that Accelerate's
 FSDP2 preparation (the Trainer's `--fsdp`) makes around the tied decoder, with BERT's masked LM as the control that
-fails there. The processes run tests/fsdp_worker.py once for the module; the comparisons are here."""
+fails there. The processes run tests/ecosystem/fsdp_worker.py once for the module; the comparisons are here."""
 
 import json
 import os
@@ -17,7 +17,7 @@ from fsdp_worker import STEPS, VARIANTS, WORLD_SIZE, adamw, build, global_batche
 from helpers import load_as_remote_code
 from transformers import HfArgumentParser, TrainingArguments
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIED = "gmlp.embeddings.word_embeddings.weight = lm_head.decoder.weight"
 
 
@@ -25,7 +25,9 @@ TIED = "gmlp.embeddings.word_embeddings.weight = lm_head.decoder.weight"
 def sharded(tmp_path_factory):
     """The worker's results and output folder, from one torchrun of 2 processes."""
     output = tmp_path_factory.mktemp("fsdp")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    # the worker imports tests/helpers.py beside the project
+    pythonpath = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": "1"}
     command = [
         sys.executable,
         "-m",
@@ -33,7 +35,7 @@ def sharded(tmp_path_factory):
         "--standalone",
         "--nproc_per_node",
         str(WORLD_SIZE),
-        str(ROOT / "tests" / "fsdp_worker.py"),
+        str(ROOT / "tests" / "ecosystem" / "fsdp_worker.py"),
         str(output),
     ]
     result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)

@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from gmlp.tokenization_gmlp import main, train_tokenizer
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_TYPES = ["wordpiece", "unigram"]
 CORPUS = """\
 The quick brown fox jumps over the lazy dog.

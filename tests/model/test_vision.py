@@ -171,7 +171,7 @@ def test_labels_give_the_cross_entropy_loss(tiny_vision_config):
 
 @pytest.mark.cpu_only(
     "the model checks labels on the CPU only, by design; on every device the scripts' collator checks them: "
-    "tests/test_devices.py"
+    "tests/model/test_devices.py"
 )
 def test_labels_out_of_range_are_a_clear_error(tiny_vision_config):
     model = GMLPForImageClassification(tiny_vision_config()).eval()

@@ -402,7 +402,7 @@ def test_readme_deploying_snippets_run_and_give_the_models_outputs(tmp_path, mon
     importorskip("sentence_transformers", "sentence-transformers")
     importorskip("onnxruntime", "onnxruntime")
     importorskip("onnxscript", "onnxscript (the dynamo ONNX exporter's dependency)")
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     section = readme.split("\n## Deploying\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
     assert len(blocks) == 5, "the Deploying section's set-up and four clients"

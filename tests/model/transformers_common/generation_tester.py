@@ -1,4 +1,4 @@
-"""`GenerationTesterMixin`: the `generate` checks gMLP's causal LM must pass (see also tests/test_generation.py).
+"""`GenerationTesterMixin`: the `generate` checks gMLP's causal LM must pass (see also tests/model/test_generation.py).
 
 Written for this project, not vendored: Transformers' own mixin lives in `tests/generation/test_utils.py`, which
 the v5.23.0 source distribution does not ship. `ModelTesterMixin.test_generation_tester_mixin_inheritance` requires

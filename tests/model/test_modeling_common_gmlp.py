@@ -12,7 +12,7 @@ for gMLP without attention: `test_flex_attention_with_grads` (a GPU test) resize
 which for gMLP's 0 heads sets `head_dim` (the tiny attention's size) and so turns the gMLP under test into an aMLP, then
 divides by its 0 heads (ZeroDivisionError on an H200); the aMLP classes run it.
 
-The tester only builds configs and inputs: each head's outputs are checked by value in tests/test_modeling.py, and
+The tester only builds configs and inputs: each head's outputs are checked by value in tests/model/test_modeling.py, and
 the common tests run every class. They run on the selected device (conftest.py's --device), which Transformers'
 `torch_device` follows.
 """

@@ -23,7 +23,7 @@ from gmlp import GMLPForImageClassification, GMLPForMaskedLM, GMLPForSequenceCla
 from gmlp.tasks.collators import CheckedCollator
 from gmlp.tasks.mlm import MaskedLMCollator
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 
 
@@ -195,13 +195,13 @@ def test_a_device_or_dtype_that_cannot_be_had_is_a_usage_error(probe_folder, opt
 # The model-value files, all of whose tests are device-aware (Transformers' common tests are too, and build on
 # `torch_device` as upstream does; a dry run of them takes minutes).
 DRY_RUN_FILES = [
-    "test_modeling.py",
-    "test_generation.py",
-    "test_bf16.py",
-    "test_peft.py",
-    "test_vision.py",
-    "test_mlm_sparse_logits.py",
-    "test_trainer_losses.py",
+    "model/test_modeling.py",
+    "model/test_generation.py",
+    "model/test_bf16.py",
+    "ecosystem/test_peft.py",
+    "model/test_vision.py",
+    "model/test_mlm_sparse_logits.py",
+    "ecosystem/test_trainer_losses.py",
 ]
 DEVICE_MIXES = ("is not on the expected device", "Expected all tensors to be on the same device")
 

@@ -1,7 +1,7 @@
 """Padding-free (packed) batches: several sequences in one row, positions restarting at 0 for each, as
 `DataCollatorWithFlattening` makes them. Each sequence gets what it gets alone: the spatial weights and the tiny
 attention never reach across a boundary, a sentence classifier pools each sequence apart, and heads that cannot
-honour packing refuse it. (Every head's token mixing against its padded twin: tests/test_paths_property.py.)"""
+honour packing refuse it. (Every head's token mixing against its padded twin: tests/model/test_paths_property.py.)"""
 
 import pytest
 import torch

@@ -396,7 +396,7 @@ def test_masked_lm_head_is_tied_and_its_loss_is_cross_entropy(tiny_config):
 
 @pytest.mark.cpu_only(
     "the model checks labels on the CPU only, by design (no synchronisation per step); on every device the scripts' "
-    "collator checks them: tests/test_devices.py"
+    "collator checks them: tests/model/test_devices.py"
 )
 def test_label_out_of_range_is_a_clear_error(tiny_config):
     model = GMLPForMaskedLM(tiny_config())

@@ -25,7 +25,7 @@ PACKAGE = "transformers_upstream_tests"
 UPSTREAM_FILES = ("test_modeling_common.py", "test_configuration_common.py")
 # The modules the upstream files import that the sdist does not ship: path in the package -> its text.
 STAND_INS = {
-    "__init__.py": '"""Transformers\' common tests of the installed version, fetched by tests/transformers_common."""\n',
+    "__init__.py": '"""Transformers\' common tests of the installed version, fetched by tests/model/transformers_common."""\n',
     "exporters/__init__.py": "",
     "exporters/test_export.py": (
         '"""Stand-in: the export tests (ONNX, ExecuTorch) are not in the source distribution; none run here."""\n\n\n'
