@@ -1,39 +1,17 @@
-"""The GPU run: what this project checks and measures on an offline GPU machine, in one call of at most 540 s (with
-the machine's start and a rerun, 15 minutes of device time).
+"""The GPU run: what this project checks and measures on an offline GPU machine, in one call of 540 s that leaves,
+with the machine's start, a quick rerun inside 15 minutes of device time (docs/testing.md#the-gpu-run):
 
-Here, once, with access to PyPI (the wheels of benchmarks/gpu_wheels.txt, into .whl/, which git ignores and the call
-carries):
+    python benchmarks/gpu_run.py prepare                 # here, once, with PyPI: gpu_wheels.txt into .whl/
+    python3 benchmarks/gpu_run.py                        # there, with .whl/: every stage (--out defaults to $OUT)
+    python3 benchmarks/gpu_run.py --quick --resume FILE  # a rerun in what is left, continuing its speed_gpu.json
 
-    python benchmarks/gpu_run.py prepare
-
-There, in a copy of the repository with .whl/ (the machine's own python3 with torch; --out defaults to $OUT):
-
-    python3 benchmarks/gpu_run.py                        # every stage, 540 s
-    python3 benchmarks/gpu_run.py --quick                # a rerun in what is left: 180 s
-    python3 benchmarks/gpu_run.py --quick --resume FILE  # the same, continuing a speed_gpu.json it wrote before
-    python3 benchmarks/gpu_run.py --stages speed,fsdp    # some stages (the preflight always runs)
-
-Stages, in order, each a subprocess under `timeout -s INT` (pytest writes its report and the benchmark its results
-on SIGINT; SIGKILL follows GRACE seconds later) within the time the later stages leave it, so that the run ends inside
-its budget (STAGES: each stage's seconds, and what the stages before it left unused):
-
-- preflight: the GPU, a C compiler and Python.h (Triton builds its launcher with them), the wheels installed into
-  --site with pip, the versions imported from there;
-- kernel_tests: the fused spatial gating unit's tests on the device (tests/test_sgu_kernels.py and the property test
-  over every path, --device cuda); if they fail, the speed stage measures the PyTorch path alone (`--gpu-kernels
-  torch`): a wrong kernel's speed means nothing, and no minute is lost;
-- speed: `python -m benchmarks.speed --sections gpu` (benchmarks/speed/gpu.py: the training and inference tables,
-  the FFT's cross-over, the profile, max-autotune, then fp32: stage C of the earlier runs), ending by its own
-  deadline;
-- fsdp: FSDP2 through the Trainer with the README's settings (torchrun, one process): a checkpoint, then a run
-  resumed from it.
-
-A stage that fails or runs out of time is recorded with its error and the run goes on. Under --out, rewritten as each
-stage ends: gpu_run.json (the preflight's findings; per stage its commands, seconds, outcome, and pytest's counts or
-the benchmark's parts), gpu_run.log (every stage's output), kernel_tests.xml, speed_gpu.json and speed_gpu.md.
-
-Rehearsed on the CPU with `--device cpu` (tiny sizes: the benchmark's --quick, gmlp-tiny for the scripts); this file
-needs only Python's standard library, as it runs before the wheels are installed.
+Stages, in order (STAGES), each a subprocess under `timeout -s INT` within the time the later stages leave it: the
+preflight (the GPU, a C compiler and Python.h for Triton, the wheels installed, the versions); kernel_tests (the
+fused gating unit's tests on the device: if they fail, the speed stage measures the PyTorch path alone); speed
+(benchmarks/speed/gpu.py, ending by its own deadline); fsdp (FSDP2 through the Trainer: a checkpoint, then a run
+resumed from it). A stage that fails or runs out of time is recorded and the run goes on; under --out, rewritten as
+each stage ends: gpu_run.json, gpu_run.log, kernel_tests.xml, speed_gpu.json and .md. Rehearsed on the CPU with
+`--device cpu`. This file needs only Python's standard library: it runs before the wheels are installed.
 """
 
 import argparse
@@ -63,6 +41,7 @@ STAGES = {"preflight": 25, "kernel_tests": 70, "speed": 375, "fsdp": 70}
 QUICK = {"preflight": 20, "kernel_tests": 40, "speed": 120}
 GRACE = 15  # seconds between the SIGINT of `timeout` and its SIGKILL
 ERROR = re.compile(r"\b\w*(Error|Exception): \S")
+OUTCOMES = {0: "ok", 124: "timed out (SIGINT)", 137: "timed out (killed)"}  # timeout's exit codes
 
 
 class Run:
@@ -102,22 +81,13 @@ class Run:
             log.flush()
             offset = log.tell()
             command = ["timeout", "-s", "INT", "-k", str(GRACE), str(int(seconds)), *argv]
+            options = {"cwd": ROOT, "env": env, "stdout": log, "stderr": subprocess.STDOUT}
             try:
-                code = subprocess.run(
-                    command,
-                    check=False,
-                    cwd=ROOT,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    timeout=seconds + 2 * GRACE,
-                ).returncode
+                code = subprocess.run(command, check=False, timeout=seconds + 2 * GRACE, **options).returncode
             except (OSError, subprocess.TimeoutExpired) as error:
                 code, entry["error"] = None, f"{type(error).__name__}: {error}"
         entry |= {"seconds": round(time.monotonic() - start, 1), "returncode": code}
-        entry["outcome"] = {0: "ok", 124: "timed out (SIGINT)", 137: "timed out (killed)"}.get(
-            code, f"failed ({code})"
-        )
+        entry["outcome"] = OUTCOMES.get(code, f"failed ({code})")
         if code != 0:
             lines = self.log.read_bytes()[offset:].decode(errors="replace").splitlines()
             entry["log_tail"] = lines[-25:]
@@ -215,7 +185,7 @@ def preflight(run: Run, args) -> dict:
 
 # ---- the stages --------------------------------------------------------------------------------------------------
 def kernel_tests(run: Run, args, env: dict) -> bool:
-    """The kernels' tests on the device; True if every one passed."""
+    """The kernels' tests on the device; True if every file was found, some test ran and none failed."""
     found = {name: sorted(ROOT.glob(f"tests/**/{name}")) for name in KERNEL_TESTS}
     files = [str(path.relative_to(ROOT)) for paths in found.values() for path in paths]
     report = args.out / "kernel_tests.xml"
@@ -223,10 +193,12 @@ def kernel_tests(run: Run, args, env: dict) -> bool:
     pytest += ["-o", f"timeout={TEST_TIMEOUT}", "--device", args.device, *files]
     entry = run.run("kernel_tests", pytest, env) if files else {}
     missing = [name for name, paths in found.items() if not paths]
+    summary = junit_summary(report) if files else {}
     stage = run.record["stages"].setdefault("kernel_tests", {"runs": []}) | {"files": files, "missing": missing}
-    run.record["stages"]["kernel_tests"] = stage | (junit_summary(report) if files else {})
+    run.record["stages"]["kernel_tests"] = stage | summary
     run.save()
-    return entry.get("returncode") == 0 and not missing
+    ran = summary.get("tests", 0) - summary.get("skipped", 0)  # tests that skip on the device check nothing there
+    return entry.get("returncode") == 0 and not missing and ran > 0
 
 
 def speed(run: Run, args, env: dict, *, kernels_pass: bool) -> None:
@@ -264,17 +236,10 @@ def fsdp(run: Run, args, env: dict) -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     run.run("fsdp", [sys.executable, "-c", TOKENIZER, str(work / "tokenizer")], env)
-    config = "gmlp-base" if args.device == "cuda" else "gmlp-tiny"
-    steps = 4
+    config, steps = "gmlp-base" if args.device == "cuda" else "gmlp-tiny", 4
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", "run_mlm.py"]
-    flags = [
-        "--config_name",
-        config,
-        "--config_overrides",
-        "vocab_size=8192",
-        "--tokenizer_name",
-        str(work / "tokenizer"),
-    ]
+    tokenizer = str(work / "tokenizer")
+    flags = ["--config_name", config, "--config_overrides", "vocab_size=8192", "--tokenizer_name", tokenizer]
     flags += ["--output_dir", str(work / "fsdp"), "--report_to", "none", "--bf16", "--disable_tqdm", "true"]
     flags += ["--do_train", "--per_device_train_batch_size", "8", "--max_seq_length", "128", "--logging_steps", "1"]
     flags += ["--save_strategy", "steps", "--save_steps", str(steps // 2), "--fsdp", "--fsdp_config", FSDP_CONFIG]

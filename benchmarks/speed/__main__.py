@@ -1,28 +1,18 @@
 """Speed and memory benchmarks of gMLP and aMLP against BERT of equal parameter count (and GPT-2, ModernBERT):
-markdown tables out, the results as JSON (every round's time in it). Run from the repository root:
+markdown tables out, the results as JSON with every round's time (docs/benchmarks.md gives each table's command).
 
     python -m benchmarks.speed                  # training, inference, scaling, precision, memory (30-60 min, 2 cores)
-    python -m benchmarks.speed --quick          # fewer rounds, a 2-layer encoder for the length scaling
     python -m benchmarks.speed --sections training,inference --output benchmarks/results/speed_training.json
-    python -m benchmarks.speed --sections precision --output benchmarks/results/speed_precision.json
-    python -m benchmarks.speed --sections memory,saved --output benchmarks/results/speed_memory.json
     python -m benchmarks.speed --sections training,memory --baseline main    # before (main) against after, one run
-    python -m benchmarks.speed --sections gpu --device cuda                  # the GPU section (docs/benchmarks.md)
+    python -m benchmarks.speed --sections gpu --device cuda                  # the GPU section
     python -m benchmarks.speed --report-only --output F.json    # the tables of saved results, measuring nothing
-    python -m benchmarks.speed --docs           # the tables of docs/benchmarks.md and the README from saved results
+    python -m benchmarks.speed --docs           # the marked tables of docs/benchmarks.md and the README
 
-Sections (benchmarks/speed/<section>.py, each a measure and a render step): training (MLM step, like for like with
-BERT, with peak memory), inference (encoder), generation (generate() with and without the cache, against GPT-2),
-precision (fp32 / bf16, eager / torch.compile), profile (torch.profiler by operator or CUDA kernel), memory (peak
-memory at 512 to 4,096 tokens), saved (what autograd saves per block), scaling (against sequence length),
-fft_choice (the FFT at short lengths, as compiled graphs take it, against eager's direct product), padding_free
-(packed against padded fine-tuning batches on SST-2 and MNLI), gpu (gpu.py: the GPU tables).
-
-Cases run interleaved (A B C A B C ...), each round timed by `torch.utils.benchmark.Timer.blocked_autorange`; tables
-give medians over rounds and paired ratios (the median of per-round ratios). On the CPU, `torch.set_num_threads` is
-set explicitly and glibc's malloc is told (mallopt) to keep freed memory rather than return the logits tensor to the
-kernel every step (20-30% of a step); `--system-malloc` keeps its defaults. On a GPU, the timer synchronises the
-device and peak memory is the caching allocator's.
+Sections: benchmarks/speed/<section>.py, each a measure and a render step. Cases run interleaved (A B C A B C ...),
+each round timed by `torch.utils.benchmark.Timer.blocked_autorange`; tables give medians over rounds and paired
+ratios (the median of per-round ratios). On the CPU, `torch.set_num_threads` is set and glibc's malloc is told
+(mallopt) to keep freed memory rather than fault an MLM step's logits back in every step (20-30% of a step);
+`--system-malloc` keeps its defaults.
 """
 
 import argparse

@@ -1,26 +1,15 @@
-"""The GPU section: gMLP-base with its fused spatial gating unit (`sgu_kernel="triton"`) and without (`"torch"`), and
-with its activations kept (`recompute_gating=False`), against BERT and ModernBERT (Transformers' own, SDPA attention)
-at equal parameters (gMLP-base's width and depth, the FFN width that matches its count) and at their stock shapes
-(`bert-base-uncased`, 12 x 768, and ModernBERT-base, 22 x 768), at n = 512: MLM training (logits at the labelled
-positions, fused AdamW) and encoder inference, bf16 autocast and fp32 (no TF32), eager, compiled and compiled with
-inductor's `max-autotune` GEMM epilogues; each model at its own largest batch; MFU against the bf16 matmul peak
-measured in the run and against the datasheet's; peak memory per step; the FFT's cross-over against the direct
-product from 1,024 to 16,384 tokens; torch.profiler's account by CUDA kernel of the bf16 training steps.
+"""The GPU section (docs/benchmarks.md#on-a-cuda-gpu): gMLP-base with its fused spatial gating unit (`sgu_kernel=
+"triton"`), without it (`"torch"`) and with its activations kept, against BERT and ModernBERT (SDPA) at equal
+parameters and at their stock shapes (bert-base-uncased, ModernBERT-base), n = 512: MLM training and encoder
+inference, bf16 and fp32, eager, compiled (regional: each block, static shapes) and with inductor's max-autotune
+GEMMs; each model at its own largest batch; MFU against the measured and the datasheet's bf16 peak; the FFT's
+cross-over by length; torch.profiler's account by CUDA kernel.
 
-Every model keeps one optimizer for the whole run, its states made first, so that the largest batch (accelerate's
-`find_executable_batch_size`, started from the batch the memory per sequence allows) is found as the cases are timed:
-with every model's weights and optimizer states on the device. Batches are searched once per precision and reused
-by the later parts and by a resumed run (`--gpu-resume`, on the same device only). Each model runs at its own batch,
-so a ratio "vs" another model is of tokens per second, paired by round.
-
-"Compiled" is regional: each block (`GradientCheckpointingLayer`, the repeated layer of every Transformers model) runs
-through `torch.compile` with static shapes. The blocks of every model, mode and precision share a code object in
-dynamo's cache, so its recompile limit is raised and reaching it raises instead of running eager.
-
-Parts run in the order of PARTS, each a function returning a small dataclass that writes itself into the results;
-each one's failure is recorded with its error and the run goes on; the results file is rewritten after each part.
-With `--deadline-at` (a time.time()) a part starts only if its expected time (PARTS, at base size on an H100) still
-fits, else it is listed as not run for a later `--gpu-resume`. On the CPU it runs at tiny sizes (`--quick`).
+The parts (PARTS, in priority order) are functions of the `Bench` (gpu_parts.py) returning small dataclasses that
+write themselves into the results; each one's failure is recorded and the next runs; the file is rewritten after
+each. With `--deadline-at` (a time.time()) a part starts only while its expected time (at base size on an H100)
+still fits, else it is listed as not run for a later `--gpu-resume`, which reuses the file's batches. On the CPU it
+runs at tiny sizes (`--quick`).
 """
 
 import json

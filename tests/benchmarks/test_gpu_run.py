@@ -76,11 +76,15 @@ def test_pytest_stopped_by_sigint_still_writes_its_report(tmp_path):
 
 def test_failing_or_missing_kernel_tests_leave_the_pytorch_path_to_be_measured(tmp_path, monkeypatch):
     """A kernel that fails on the device is recorded, and the speed stage measures sgu_kernel="torch" alone: no
-    minute is lost, and no wrong kernel is timed. A kernel test file that is not there counts as failing."""
-    commands = []
+    minute is lost, and no wrong kernel is timed. A kernel test file that is not there, or tests that all skip,
+    count as failing."""
+    commands, skipped = [], []
 
-    def run(self, stage, argv, env, seconds=None):
+    def run(self, stage, argv, env, seconds=None):  # pytest's report: 3 tests, `skipped` of them skipped
         commands.append(argv)
+        (tmp_path / "kernel_tests.xml").write_text(
+            f'<testsuites><testsuite tests="3" skipped="{len(skipped)}"/></testsuites>'
+        )
         self.record["stages"].setdefault(stage, {"runs": []})
         return {"returncode": 0}
 
@@ -90,6 +94,9 @@ def test_failing_or_missing_kernel_tests_leave_the_pytorch_path_to_be_measured(t
     monkeypatch.setattr(gpu_run, "KERNEL_TESTS", ("test_paths_property.py",))
     assert gpu_run.kernel_tests(stage, args, {}) is True
     assert commands[-1][-1].endswith("test_paths_property.py") and "--device" in commands[-1]
+    skipped += [1, 2, 3]  # every test skipped on the device (no Triton there, say): nothing was checked
+    assert gpu_run.kernel_tests(stage, args, {}) is False
+    skipped.clear()
     monkeypatch.setattr(gpu_run, "KERNEL_TESTS", ("test_paths_property.py", "test_no_such_kernels.py"))
     assert gpu_run.kernel_tests(stage, args, {}) is False
     for passed in (True, False):
