@@ -9,12 +9,12 @@ import ctypes.util
 import os
 import platform
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from tabulate import tabulate
+from torch.utils.benchmark import Compare, Measurement, Timer
 from transformers import (
     BertConfig,
     BertForMaskedLM,
@@ -82,7 +82,7 @@ def modernbert_config(like: dict, target_parameters: int, head_size: int = 64, *
     return with_matched_width(ModernBertForMaskedLM, ModernBertConfig, fields, "intermediate_size", target_parameters)
 
 
-def gpt2_config(like: dict, target_parameters: int, head_size: int = 64, **overrides) -> GPT2Config:
+def gpt2_config(like: dict, target_parameters: int, head_size: int = 64) -> GPT2Config:
     """`GPT2LMHeadModel`'s config with the shape of the model `like` and the FFN width that matches the count."""
     fields = {
         "vocab_size": like["vocab_size"],
@@ -93,7 +93,6 @@ def gpt2_config(like: dict, target_parameters: int, head_size: int = 64, **overr
         "pad_token_id": 0,
         "bos_token_id": None,
         "eos_token_id": None,
-        **overrides,
     }
     return with_matched_width(GPT2LMHeadModel, GPT2Config, fields, "n_inner", target_parameters)
 
@@ -128,45 +127,27 @@ def mlm_batch(
 # ------------------------------------------------------------------------------------------------ timing
 
 
-def synchronize(device: torch.device | str) -> None:
-    """Wait for the device's queued work (a no-op on the CPU)."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def seconds_per_call(step: Callable, repeats: int, device: torch.device | str) -> float:
-    """Seconds per call of `step` over `repeats` calls: CUDA events on a GPU (after the queue is drained), the host
-    clock on the CPU."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            step()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / repeats
-    start_time = time.perf_counter()
-    for _ in range(repeats):
-        step()
-    return (time.perf_counter() - start_time) / repeats
-
-
 def interleaved(
-    steps: dict[str, Callable], rounds: int, warmup: int = 1, repeats: int = 1, device="cpu"
+    steps: dict[str, Callable], rounds: int, min_run_time: float = 0.0, warmup: int = 1
 ) -> dict[str, list[float]]:
-    """Seconds per call of each step function, every round running each case once (A B C A B C ...), after
-    `warmup` calls of each."""
-    for step in steps.values():
-        for _ in range(warmup):
+    """Seconds per call of each step, after `warmup` calls of each, in `rounds` rounds that run every case in turn
+    (A B C A B C ...): each round's time is the median of one `torch.utils.benchmark.Timer.blocked_autorange` (an
+    untimed call sizes the block, then at least `min_run_time` of timed calls, the device synchronised around them),
+    with this process's thread count. The cases' medians over all rounds are printed as `Compare`'s table."""
+    threads = torch.get_num_threads()
+    timers = {
+        name: Timer("step()", globals={"step": step}, num_threads=threads, sub_label=name, description="per call")
+        for name, step in steps.items()
+    }
+    for _ in range(warmup):
+        for step in steps.values():
             step()
-    synchronize(device)
-    times = {name: [] for name in steps}
+    measured: dict[str, list[Measurement]] = {name: [] for name in steps}
     for _ in range(rounds):
-        for name, step in steps.items():
-            times[name].append(seconds_per_call(step, repeats, device))
-    return times
+        for name, timer in timers.items():
+            measured[name].append(timer.blocked_autorange(min_run_time=min_run_time))
+    Compare([merged for runs in measured.values() for merged in Measurement.merge(runs)]).print()
+    return {name: [run.median for run in runs] for name, runs in measured.items()}
 
 
 def paired_ratio(times: dict[str, list[float]], name: str, reference: str) -> float:
@@ -174,11 +155,12 @@ def paired_ratio(times: dict[str, list[float]], name: str, reference: str) -> fl
     return statistics.median(r / t for r, t in zip(times[reference], times[name], strict=True))
 
 
-def matmul_peak_flops(device="cpu", dtype: torch.dtype = torch.float32, size: int = 2048, rounds: int = 9) -> float:
-    """FLOP/s of a size^3 matrix product on random data (the median of `rounds`): the ceiling MFU is taken against."""
+def matmul_peak_flops(device="cpu", dtype: torch.dtype = torch.float32, size: int = 2048) -> float:
+    """FLOP/s of a size^3 matrix product on random data (the median of `blocked_autorange` over a second): the
+    ceiling MFU is taken against."""
     a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
-    times = interleaved({"mm": lambda: torch.mm(a, b)}, rounds, warmup=2, device=device)["mm"]
-    return 2 * size**3 / statistics.median(times)
+    timer = Timer("torch.mm(a, b)", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
+    return 2 * size**3 / timer.blocked_autorange(min_run_time=1.0).median
 
 
 # ------------------------------------------------------------------------------------------------ memory
@@ -235,17 +217,9 @@ def peak_added_mib(step: Callable, repeats: int, device="cpu") -> float:
 
 def machine_info(device="cpu", threads: int | None = None) -> dict:
     """The processor (and GPU), thread count, versions and load at the start: the first line of every table."""
-    cpu = platform.processor()
-    try:
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
+    models = [line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
     info = {
-        "cpu": cpu,
+        "cpu": models[0].split(":", 1)[1].strip() if models else platform.processor(),
         "cores": os.cpu_count(),
         "threads": threads or torch.get_num_threads(),
         "torch": torch.__version__,

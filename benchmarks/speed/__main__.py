@@ -1,29 +1,18 @@
-"""Speed and memory benchmarks of gMLP and aMLP against BERT of equal parameter count (and GPT-2, g-mlp-pytorch):
-markdown tables out, the results as JSON (every round's time in it). Run from the repository root:
+"""Speed and memory benchmarks of gMLP and aMLP against BERT of equal parameter count (and GPT-2, ModernBERT):
+markdown tables out, the results as JSON with every round's time (docs/benchmarks.md gives each table's command).
 
     python -m benchmarks.speed                  # training, inference, scaling, precision, memory (30-60 min, 2 cores)
-    python -m benchmarks.speed --quick          # fewer rounds, a 2-layer encoder for the length scaling
     python -m benchmarks.speed --sections training,inference --output benchmarks/results/speed_training.json
-    python -m benchmarks.speed --sections precision --output benchmarks/results/speed_precision.json
-    python -m benchmarks.speed --sections memory,saved --output benchmarks/results/speed_memory.json
     python -m benchmarks.speed --sections training,memory --baseline main    # before (main) against after, one run
-    python -m benchmarks.speed --sections fft_choice,padding_free --threads 1 --rounds 5 \\
-        --output benchmarks/results/speed_packing.json
-    python -m benchmarks.speed --sections gpu --device cuda                  # the GPU section (docs/benchmarks.md)
+    python -m benchmarks.speed --sections gpu --device cuda                  # the GPU section
     python -m benchmarks.speed --report-only --output F.json    # the tables of saved results, measuring nothing
-    python -m benchmarks.speed --docs           # the tables of docs/benchmarks.md and the README from saved results
+    python -m benchmarks.speed --docs           # the marked tables of docs/benchmarks.md and the README
 
-Sections (benchmarks/speed/<section>.py, each a measure and a render step): training (MLM step, like for like with
-BERT, with peak memory), inference (encoder), generation (generate() with and without the cache, against GPT-2),
-precision (fp32 / bf16, eager / torch.compile), profile (torch.profiler by operator or CUDA kernel), memory (peak
-memory at 512 to 4,096 tokens), saved (what autograd saves per block), scaling (against sequence length),
-fft_choice (the FFT at short lengths, as compiled graphs take it, against eager's direct product), padding_free
-(packed against padded fine-tuning batches on SST-2 and MNLI), gpu.
-
-Cases run interleaved (A B C A B C ...); tables give medians over rounds and paired ratios (the median of per-round
-ratios). On the CPU, `torch.set_num_threads` is set explicitly and glibc's malloc is told (mallopt) to keep freed
-memory rather than return the logits tensor to the kernel every step (20-30% of a step); `--system-malloc` keeps
-its defaults. On a GPU, steps are timed with CUDA events after warm-up and peak memory is the caching allocator's.
+Sections: benchmarks/speed/<section>.py, each a measure and a render step. Cases run interleaved (A B C A B C ...),
+each round timed by `torch.utils.benchmark.Timer.blocked_autorange`; tables give medians over rounds and paired
+ratios (the median of per-round ratios). On the CPU, `torch.set_num_threads` is set and glibc's malloc is told
+(mallopt) to keep freed memory rather than fault an MLM step's logits back in every step (20-30% of a step);
+`--system-malloc` keeps its defaults.
 """
 
 import argparse
@@ -50,7 +39,9 @@ def parse_args(argv=None):
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads on the CPU (default 2)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per table")
-    parser.add_argument("--repeats", type=int, default=2, help="steps per case per round")
+    parser.add_argument(
+        "--min-run-time", type=float, default=0.5, help="seconds of timed calls per case and round (at least one)"
+    )
     parser.add_argument(
         "--baseline", metavar="REF", help="also measure gMLP at this git revision (training, memory, saved)"
     )
@@ -62,35 +53,27 @@ def parse_args(argv=None):
     parser.add_argument("--new-tokens", type=int, default=256, help="tokens generate() adds in the generation table")
     parser.add_argument("--memory-lengths", type=int, nargs="+", default=[512, 2048, 4096])
     parser.add_argument("--saved-length", type=int, default=2048, help="sequence length of the saved-tensor account")
-    parser.add_argument("--gpu-size", choices=("base", "tiny"), default="base", help="presets of the gpu section")
+    parser.add_argument("--gpu-kernels", default="triton,torch", help="the gpu section's sgu_kernel values")
     parser.add_argument("--gpu-batch", type=int, help="the gpu section's batch instead of the largest that fits")
-    parser.add_argument("--gpu-fft-layers", type=int, default=4, help="encoder depth of the gpu section's FFT table")
-    parser.add_argument(
-        "--no-gpu-compile", dest="gpu_compile", action="store_false", help="the gpu section without torch.compile"
-    )
-    parser.add_argument(
-        "--deadline", type=float, help="seconds from the process's start by which the gpu section's parts must end"
-    )
     parser.add_argument("--gpu-parts", help="comma-separated parts of the gpu section to run (default: all, in order)")
     parser.add_argument(
-        "--gpu-resume",
-        metavar="FILE",
-        help="a gpu results file: run its missing parts with its batches, into --output",
+        "--gpu-resume", metavar="FILE", help="a gpu results file: run its missing parts with its batches"
     )
+    parser.add_argument("--deadline-at", type=float, help="time.time() by which the gpu section's parts must end")
     parser.add_argument(
         "--data",
         type=Path,
         default=Path(__file__).resolve().parents[3] / "shared" / "data",
         help="padding_free's data",
     )
-    parser.add_argument("--quick", action="store_true", help="3 rounds, 1 repeat, 2-layer scaling, tiny gpu section")
+    parser.add_argument("--quick", action="store_true", help="3 rounds, 2-layer scaling, the gpu section at tiny size")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "speed.json")
     parser.add_argument("--system-malloc", action="store_true", help="keep glibc's default malloc settings")
     parser.add_argument("--report-only", action="store_true", help="measure nothing: the tables of --output again")
     parser.add_argument("--docs", action="store_true", help="measure nothing: rewrite the tables of the docs pages")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.repeats, args.scaling_layers, args.scaling_rounds = 3, 1, 2, 3
+        args.rounds, args.min_run_time, args.scaling_layers, args.scaling_rounds = 3, 0.0, 2, 3
     unknown = set(args.sections.split(",")) - set(report.SECTIONS)
     if unknown:
         parser.error(f"unknown sections {', '.join(sorted(unknown))}; choose from {', '.join(report.SECTIONS)}")

@@ -1,7 +1,8 @@
 """Why eager mode chooses the FFT by length and compiled or exported graphs by n: a Toeplitz gMLP encoder with
 n = 4,096 at lengths below `spatial_fft_min_length` (1,024), its products by FFT (what a compiled or exported graph
 of such a model runs at every length) against the direct product (what eager mode runs there). Forward passes
-(inference) and forward + backward (training) at each length, the two interleaved round by round (`python -m benchmarks.speed --sections fft_choice`).
+(inference) and forward + backward (training) at each length, the two interleaved round by round (`python -m
+benchmarks.speed --sections fft_choice`).
 """
 
 import statistics
@@ -43,7 +44,7 @@ def measure(args) -> dict:
                 else:
                     encoder.train()(ids).last_hidden_state.sum().backward()
 
-            times = interleaved({name: lambda e=e: step(e) for name, e in models.items()}, rounds, warmup=1)
+            times = interleaved({name: lambda e=e: step(e) for name, e in models.items()}, rounds)
             rows.append(
                 {
                     "length": length,

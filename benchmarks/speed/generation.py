@@ -51,7 +51,7 @@ def measure(args) -> dict:
         for model in (gmlp, gpt2):  # one short warm-up each: the uncached run is too long to warm up whole
             for cache in ({}, {"cache_implementation": "static"}):
                 model.generate(prompt, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0, **cache)
-        measured = interleaved(steps, rounds=args.generation_rounds, warmup=0, device=device)
+        measured = interleaved(steps, args.generation_rounds, warmup=0)
         result["batches"][str(batch_size)] = {
             "seconds": measured,
             "tokens_per_second": {

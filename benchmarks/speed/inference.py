@@ -1,5 +1,5 @@
-"""Encoder inference (no vocabulary projection), batch 8 x 128: gMLP against BERT of equal parameter count and
-g-mlp-pytorch, interleaved."""
+"""Encoder inference (no vocabulary projection), batch 8 x 128: gMLP against BERT of equal parameter count,
+interleaved."""
 
 import statistics
 
@@ -13,15 +13,7 @@ ENCODERS = {
     "gmlp encoder": "gmlp (full logits)",
     "BERT encoder (sdpa)": "BertForMaskedLM",
     "BERT encoder, dropout-off config": "BertForMaskedLM no dropout",
-    "g-mlp-pytorch encoder": "g-mlp-pytorch",
 }
-
-
-def encoder_of(model):
-    """The model without its MLM head, as a function of the token ids."""
-    if hasattr(model, "base_model"):
-        return lambda ids: model.base_model(input_ids=ids).last_hidden_state
-    return lambda ids: torch.nn.Sequential(*model.layers)(model.to_embed(ids))  # g-mlp-pytorch
 
 
 def measure(args) -> dict:
@@ -31,11 +23,10 @@ def measure(args) -> dict:
     input_ids, _ = mlm_batch(BATCH_SIZE, length, SMALL["vocab_size"], device)
     steps = {}
     for name, case in ENCODERS.items():
-        if case in cases:
-            forward = encoder_of(cases[case][0].to(device).eval())
-            steps[name] = lambda forward=forward: forward(input_ids)
+        encoder = cases[case].model.base_model.to(device).eval()
+        steps[name] = lambda encoder=encoder: encoder(input_ids=input_ids)
     with torch.inference_mode():
-        measured = interleaved(steps, args.rounds, warmup=2, repeats=args.repeats * 2, device=device)
+        measured = interleaved(steps, args.rounds, args.min_run_time, warmup=2)
     rows = {}
     for name in steps:
         seconds = statistics.median(measured[name])

@@ -1,7 +1,7 @@
 """The speed benchmark's models (gMLP, aMLP, BERT, ModernBERT and GPT-2 at equal parameter count), their FLOP counts
 and the step functions the sections time."""
 
-import sys
+from typing import NamedTuple
 
 import torch
 from transformers import AutoModelForMaskedLM, BertForMaskedLM, BertModel, ModernBertConfig
@@ -10,7 +10,7 @@ from ..baseline import gmlp_at, label
 from ..common import bert_config, fit_affine, parameters_of
 from ..common import modernbert_config as common_modernbert_config
 
-# The CPU tables' model: a 15M-parameter gMLP with the paper's Toeplitz W, as for g-mlp-pytorch.
+# The CPU tables' model: a 15M-parameter gMLP with the paper's Toeplitz W.
 SMALL = {
     "vocab_size": 30522,
     "hidden_size": 256,
@@ -62,24 +62,6 @@ def modernbert_config(like: dict, target_parameters: int, head_size: int = 64) -
     return common_modernbert_config(like, target_parameters, head_size, **MODERNBERT_TOKEN_IDS)
 
 
-def g_mlp_pytorch_model(length: int):
-    """lucidrains' gMLP configured like ours: bidirectional (causal=False), a full n x n W (circulant_matrix=False:
-    its "circulant" option is a position-scaled, lower-triangular matrix, not the paper's Toeplitz W), d_ffn =
-    6 d_model, one head. It has no dropout, no head transform and an untied output projection."""
-    from g_mlp_pytorch import gMLP
-
-    return gMLP(
-        num_tokens=SMALL["vocab_size"],
-        dim=SMALL["hidden_size"],
-        depth=SMALL["num_hidden_layers"],
-        seq_len=length,
-        ff_mult=SMALL["intermediate_size"] // SMALL["hidden_size"],
-        heads=1,
-        causal=False,
-        circulant_matrix=False,
-    )
-
-
 # ----------------------------------------------------------------------------------------------- losses
 
 
@@ -126,16 +108,15 @@ def labelled_loss(model, input_ids: torch.Tensor, index: torch.Tensor, targets: 
     return torch.nn.functional.cross_entropy(logits.float(), targets)
 
 
-def g_mlp_pytorch_loss(model, input_ids, labels):
-    logits = model(input_ids)
-    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+class TrainingCase(NamedTuple):
+    model: torch.nn.Module
+    loss: object  # loss(model, input_ids, labels)
+    description: str
 
 
-def training_cases(refs: tuple[str | None, ...] = (None,), only: str | None = None) -> dict:
-    """name -> (model, loss function, description) of the MLM training table, or just the case `only`: gMLP at each
-    git revision in `refs` (None: the working tree), BERT of equal parameter count and g-mlp-pytorch (left out,
-    with a note, where it is not installed). Ours and BERT keep their default dropout (0.1)."""
-    length = SMALL["max_position_embeddings"]
+def training_cases(refs: tuple[str | None, ...] = (None,), only: str | None = None) -> dict[str, TrainingCase]:
+    """The MLM training table's cases by name, or just the case `only`: gMLP at each git revision in `refs` (None:
+    the working tree) and BERT of equal parameter count. Both keep their default dropout (0.1)."""
     no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     factories = {}
     for ref in refs:
@@ -150,41 +131,22 @@ def training_cases(refs: tuple[str | None, ...] = (None,), only: str | None = No
             sparse_loss,
             "GMLPForMaskedLM, sparse_prediction=True",
         )
+
+    def bert(**overrides):
+        return AutoModelForMaskedLM.from_config(matched_bert_config(**overrides))
+
     factories |= {
-        "BertForMaskedLM": (
-            lambda: AutoModelForMaskedLM.from_config(matched_bert_config()),
-            hf_loss,
-            "default dropout 0.1, full logits",
-        ),
-        "BertForMaskedLM no dropout": (
-            lambda: AutoModelForMaskedLM.from_config(matched_bert_config(**no_dropout)),
-            hf_loss,
-            "dropout 0, full logits",
-        ),
-        "BERT sparse logits": (
-            lambda: AutoModelForMaskedLM.from_config(matched_bert_config()),
-            sparse_bert_loss,
-            "BertModel + cls head at labelled positions only",
-        ),
-        "g-mlp-pytorch": (
-            lambda: g_mlp_pytorch_model(length),
-            g_mlp_pytorch_loss,
-            "gMLP(..., circulant_matrix=False), no dropout",
-        ),
+        "BertForMaskedLM": (bert, hf_loss, "default dropout 0.1, full logits"),
+        "BertForMaskedLM no dropout": (lambda: bert(**no_dropout), hf_loss, "dropout 0, full logits"),
+        "BERT sparse logits": (bert, sparse_bert_loss, "BertModel + cls head at labelled positions only"),
     }
-    cases = {}
-    for name, (factory, loss_fn, description) in factories.items():
-        if only not in (None, name):
-            continue
-        torch.manual_seed(0)
-        try:
-            cases[name] = (factory(), loss_fn, description)
-        except ImportError:
-            print(
-                "g-mlp-pytorch is not installed (pip install g-mlp-pytorch einops); leaving it out.", file=sys.stderr
-            )
-    if only is not None and only not in cases:
+    if only is not None and only not in factories:
         raise ValueError(f"No training case {only!r}; the cases are {', '.join(factories)}.")
+    cases = {}
+    for name, (factory, loss, description) in factories.items():
+        if only in (None, name):
+            torch.manual_seed(0)
+            cases[name] = TrainingCase(factory(), loss, description)
     return cases
 
 
@@ -193,9 +155,9 @@ def encoder(
 ):
     """The encoder (no head) of `name` ("gmlp", "amlp", "BERT (sdpa)", or "amlp" / "BERT" with "(attention dropout
     0.1)") of `shape` at n = `length`, with `layers` blocks if given (aMLP: its matched count scaled alike);
-    `overrides` go to gMLP's and aMLP's config. gMLP takes the FFT product from 1,024 tokens (the default). On the
-    CPU, SDPA's fused kernel runs only with attention dropout off: with the default dropout (0.1) aMLP's tiny
-    attention and BERT take the path that stores the attention probabilities, so each is measured both ways."""
+    `overrides` go to gMLP's and aMLP's config. On the CPU, SDPA's fused kernel runs only with attention dropout
+    off: with the default dropout (0.1) aMLP's tiny attention and BERT take the path that stores the attention
+    probabilities, so each is measured both ways."""
     torch.manual_seed(0)
     dropout = 0.1 if name.endswith("(attention dropout 0.1)") else 0.0
     if name.startswith(("gmlp", "amlp")):
@@ -218,13 +180,13 @@ FLOP_FORMULAS = {
     "amlp tiny attention": "2 T d 3a (Q, K, V) + 4 T n a (scores, weighted sum) + 2 T a (f/2) (output)",
     "bert layer": "8 T d^2 (Q, K, V, O) + 4 T n d (scores, weighted sum) + 4 T d f_bert (FFN)",
     "modernbert layer": "8 T d^2 (Q, K, V, O) + 4 T n d (scores, weighted sum) + 6 T d f (GeGLU: 2f wide in, f out)",
-    "mlm head": "2 P d^2 (transform; none in g-mlp-pytorch) + 2 P d vocab",
+    "mlm head": "2 P d^2 (transform) + 2 P d vocab",
 }
 
 
-def forward_flops(config, tokens: int, length: int, predicted: int | None = None, head_transform: bool = True) -> int:
-    """Matmul FLOPs of a forward pass (FLOP_FORMULAS) of a gMLP / aMLP, BERT or ModernBERT config over `tokens` tokens of
-    sequences of `length`: the encoder, and the MLM head over `predicted` positions unless that is None."""
+def forward_flops(config, tokens: int, length: int, predicted: int | None = None) -> int:
+    """Matmul FLOPs of a forward pass (FLOP_FORMULAS) of a gMLP / aMLP, BERT or ModernBERT config over `tokens` tokens
+    of sequences of `length`: the encoder, and the MLM head over `predicted` positions unless that is None."""
     d = config.hidden_size
     if hasattr(config, "tiny_attention_size"):
         f, gate, a = config.intermediate_size, config.gate_size, config.tiny_attention_size
@@ -235,7 +197,7 @@ def forward_flops(config, tokens: int, length: int, predicted: int | None = None
         layer = 8 * tokens * d * d + 4 * tokens * length * d + ffn * tokens * d * config.intermediate_size
     flops = config.num_hidden_layers * layer
     if predicted is not None:
-        flops += (2 * predicted * d * d if head_transform else 0) + 2 * predicted * d * config.vocab_size
+        flops += 2 * predicted * d * d + 2 * predicted * d * config.vocab_size
     return flops
 
 
@@ -249,8 +211,7 @@ def training_step_fn(model, loss_fn, input_ids, labels, compile_model: bool = Fa
     forward = torch.compile(model) if compile_model else model
 
     def step():
-        loss = loss_fn(forward, input_ids, labels)
-        loss.backward()
+        loss_fn(forward, input_ids, labels).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -291,5 +252,5 @@ def in_precision(step, precision: str, device="cpu"):
 def training_case_step(name: str, input_ids, labels):
     """The training step of the case `name` of `training_cases` (a name ending in " @REF": gMLP at that revision)."""
     ref = name.rsplit(" @", 1)[1] if " @" in name else None
-    model, loss_fn, _ = training_cases((ref,), only=name)[name]
-    return training_step_fn(model.to(input_ids.device), loss_fn, input_ids, labels)
+    case = training_cases((ref,), only=name)[name]
+    return training_step_fn(case.model.to(input_ids.device), case.loss, input_ids, labels)

@@ -44,17 +44,16 @@ def batches(tokenizer, examples: list[tuple], labels: int) -> list[list[dict]]:
     return out
 
 
-def trainer_step(model, optimizer, collator, batches_of_task):
-    """One training step per call, cycling through the task's batches."""
-    count = iter(range(10**9))
+def trainer_steps(model, optimizer, collator, batches_of_task):
+    """A training step on each of the task's batches in turn, per call."""
 
-    def step():
-        batch = collator(batches_of_task[next(count) % len(batches_of_task)])
-        model(**batch).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    def steps():
+        for examples in batches_of_task:
+            model(**collator(examples)).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
 
-    return step
+    return steps
 
 
 def measure(args) -> dict:
@@ -78,15 +77,15 @@ def measure(args) -> dict:
             ):
                 model = GMLPForSequenceClassification(config).train()
                 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-                steps[name] = trainer_step(model, optimizer, collator, task_batches)
-            times = interleaved(steps, rounds, warmup=2, repeats=len(task_batches))
+                steps[name] = trainer_steps(model, optimizer, collator, task_batches)
+            times = interleaved(steps, rounds)
             rows.append(
                 {
                     "task": task,
                     "model": preset,
                     "real tokens per batch": real_tokens,
                     "padded tokens per batch": padded_tokens,
-                    **{f"{name} tokens/s": real_tokens / statistics.median(t) for name, t in times.items()},
+                    **{f"{name} tokens/s": real_tokens * BATCHES / statistics.median(t) for name, t in times.items()},
                     "padding-free / padded (paired)": paired_ratio(times, "padding-free", "padded"),
                 }
             )

@@ -16,22 +16,20 @@ from ..common import table
 from .models import SMALL, encoder
 
 MODELS = ("gmlp", "amlp", "BERT (sdpa)")
-
-
 # Backward nodes of views: the tensor's data was made by the operation before them.
-VIEWS = {
-    "View",
-    "UnsafeView",
-    "Split",
-    "SplitWithSizes",
-    "Unsqueeze",
-    "Squeeze",
-    "Transpose",
-    "T",
-    "Permute",
+VIEWS = {"View", "UnsafeView", "Split", "SplitWithSizes", "Unsqueeze", "Squeeze", "Transpose", "T", "Permute"}
+VIEWS |= {
     "Expand",
+    "Select",
+    "Slice",
+    "AsStrided",
+    "Reshape",
+    "ReshapeAlias",
+    "Alias",
+    "Unflatten",
+    "Flatten",
+    "Chunk",
 }
-VIEWS |= {"Select", "Slice", "AsStrided", "Reshape", "ReshapeAlias", "Alias", "Unflatten", "Flatten", "Chunk"}
 
 
 def producer(tensor: torch.Tensor) -> str:

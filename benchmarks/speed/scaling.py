@@ -1,8 +1,10 @@
 """Sequence-length scaling at constant tokens per step, forward + backward: gMLP's spatial projection alone (dense W,
-Toeplitz direct, Toeplitz FFT) and whole encoders (gMLP on each path, aMLP, BERT with SDPA) against length."""
+Toeplitz direct, Toeplitz FFT) and whole encoders (gMLP on each path, aMLP, BERT with SDPA) against length. The gpu
+section measures the FFT's cross-over on the device with the same function, the model's default path beside."""
 
 import statistics
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -12,12 +14,13 @@ from ..common import interleaved, paired_ratio, table, times
 from .models import SMALL, encoder, in_precision
 
 # gMLP's Toeplitz W multiplied as a dense matrix (never the FFT), or always by FFT.
-OURS = ("gmlp", "amlp")  # at the baseline revision: the default spatial path, aMLP
 SPATIAL_PATHS = {
     "dense W": {"spatial_weight_type": "dense"},
     "Toeplitz direct": {"spatial_fft_min_length": 10**9},
     "Toeplitz FFT": {"spatial_fft_min_length": 1},
 }
+DEFAULT_PATH = {"Toeplitz default": {}}  # the model's own choice of direct product or FFT
+OURS = ("gmlp", "amlp")  # at the baseline revision: the default spatial path, aMLP
 
 
 def spatial_projection(length: int, shape: dict, **overrides) -> torch.nn.Module:
@@ -27,83 +30,46 @@ def spatial_projection(length: int, shape: dict, **overrides) -> torch.nn.Module
     return model.get_submodule("encoder.layer.0.sgu.spatial_proj")
 
 
-def toeplitz_matrix(weight: torch.Tensor, length: int) -> torch.Tensor:
-    """The (length x length) Toeplitz matrices W[i, j] = w[i - j + length - 1] of `weight` (heads, 2 length - 1) as
-    views and one flip, not by indexing: the backward pass accumulates without sorting L^2 indices."""
-    return weight.unfold(-1, length, 1).flip(-1)
-
-
-def plain_spatial_steps(module: torch.nn.Module, gate: torch.Tensor, precision: str, device) -> dict:
-    """The spatial projection of `module` (Toeplitz, at n = the gate's length) as the model computes it (its FFT for
-    these lengths) against plain products with a materialised W: a dense (n x n) W per head, and the Toeplitz W
-    built from its 2n - 1 weights by `toeplitz_matrix`. The model reads W at each position by advanced indexing (what
-    cached decoding and padding need); these baselines skip that, as a dense model for tokens in order would."""
-    length = gate.shape[1]
-    dense = torch.nn.Parameter(torch.empty(module.num_heads, length, length, device=device).uniform_(-1, 1) / length)
-
-    def plain(matrix: torch.Tensor) -> torch.Tensor:
-        heads = gate.unflatten(-1, (module.num_heads, -1)).transpose(1, 2)
-        mixed = torch.matmul(matrix.to(heads.dtype), heads) + module.bias[:, :length, None].to(heads.dtype)
-        return mixed.transpose(1, 2).flatten(2)
-
-    products = {
-        "dense W": lambda: plain(dense),
-        "Toeplitz direct": lambda: plain(toeplitz_matrix(module.weight, length)),
-        "Toeplitz FFT": lambda: module(gate),
-    }
-    return {
-        name: in_precision(lambda product=product: product().sum().backward(), precision, device)
-        for name, product in products.items()
-    }
-
-
 def measure_lengths(
     lengths,
     tokens: int,
     layers: int,
     rounds: int,
     encoder_rounds: int,
+    *,
     shape: dict = SMALL,
     device="cpu",
     precision: str = "fp32",
     baseline: str | None = None,
-    plain_products: bool = False,
+    paths: dict = SPATIAL_PATHS,
 ) -> dict:
     """The scaling table: for each length, batch = tokens // length; the spatial projection (gate of d_ffn / 2
-    channels) alone, then the encoders of `layers` blocks, each interleaved (with `baseline`, also gMLP's default
-    path and aMLP at that git revision). The spatial projection alone runs on the model's three paths, or with
-    `plain_products` the model's FFT against plain products (`plain_spatial_steps`)."""
+    channels) alone on each of `paths`, then the encoders of `layers` blocks (gMLP on each path, aMLP, BERT), each
+    interleaved (with `baseline`, also gMLP's default path and aMLP at that git revision)."""
     results = {"tokens_per_step": tokens, "encoder_layers": layers, "precision": precision, "lengths": {}}
-    results["spatial_baselines"] = "plain products" if plain_products else "the model's paths"
     for length in lengths:
         batch = max(1, tokens // length)
         gate = torch.randn(batch, length, shape["intermediate_size"] // 2, device=device, requires_grad=True)
-        if plain_products:
-            module = spatial_projection(length, shape, **SPATIAL_PATHS["Toeplitz FFT"]).to(device)
-            steps = plain_spatial_steps(module, gate, precision, device)
-        else:
-            steps = {}
-            for name, overrides in SPATIAL_PATHS.items():
-                module = spatial_projection(length, shape, **overrides).to(device)
-                steps[name] = in_precision(lambda m=module, gate=gate: m(gate).sum().backward(), precision, device)
-        spatial = interleaved(steps, rounds, warmup=1, device=device)
-        del steps, module  # a materialised W (1 GiB at 16,384 tokens) and its gradient, before the encoders
-        encoders = {
-            f"gmlp {name}": encoder("gmlp", length, layers, shape=shape, **o) for name, o in SPATIAL_PATHS.items()
-        }
-        # Attention dropout off so that BERT takes SDPA's memory-efficient path at long lengths.
+        steps = {}
+        for name, overrides in paths.items():
+            module = spatial_projection(length, shape, **overrides).to(device)
+            steps[name] = in_precision(partial(spatial_step, module, gate), precision, device)
+        spatial = interleaved(steps, rounds)
+        del steps, module  # a dense W (1 GiB at 16,384 tokens) and its gradient, before the encoders
+        encoders = {f"gmlp {name}": encoder("gmlp", length, layers, shape=shape, **o) for name, o in paths.items()}
         encoders |= {
             "amlp": encoder("amlp", length, layers, shape=shape),
+            # Attention dropout off so that BERT takes SDPA's memory-efficient path at long lengths.
             "BERT": encoder("BERT (sdpa)", length, layers, shape=shape),
         }
         if baseline:
             encoders |= {label(name, baseline): encoder(name, length, layers, baseline, shape) for name in OURS}
         input_ids = torch.randint(5, shape["vocab_size"], (batch, length), device=device)
-        steps = {}
-        for name, model in encoders.items():
-            model.to(device).train()
-            steps[name] = in_precision(lambda m=model, ids=input_ids: encoder_step(m, ids), precision, device)
-        measured = interleaved(steps, encoder_rounds, warmup=1, device=device)
+        steps = {
+            name: in_precision(partial(encoder_step, model.to(device).train(), input_ids), precision, device)
+            for name, model in encoders.items()
+        }
+        measured = interleaved(steps, encoder_rounds)
         results["lengths"][length] = {
             "batch_size": batch,
             "spatial_projection_ms": {n: 1e3 * statistics.median(t) for n, t in spatial.items()},
@@ -117,9 +83,24 @@ def measure_lengths(
     return results
 
 
+def spatial_step(module, gate) -> None:
+    module(gate).sum().backward()
+
+
 def encoder_step(model, input_ids) -> None:
     model(input_ids=input_ids).last_hidden_state.mean().backward()
     model.zero_grad(set_to_none=True)
+
+
+def crossover(result: dict) -> int | None:
+    """The shortest measured length from which on the FFT is at least as fast as the direct product (the spatial
+    projection alone, paired), None if it is slower at the longest."""
+    found = None
+    for length, row in sorted(result["lengths"].items(), key=lambda item: -int(item[0])):
+        if row["fft_vs_direct_spatial"] < 1:
+            break
+        found = int(length)
+    return found
 
 
 def measure(args) -> dict:
@@ -135,24 +116,25 @@ def measure(args) -> dict:
 
 
 def render(s: dict) -> dict[str, list[str]]:
+    rows = s["lengths"]
+    paths = list(next(iter(rows.values()))["spatial_projection_ms"])
     spatial = [
         [
             length,
             row["batch_size"],
-            *(f"{row['spatial_projection_ms'][name]:.1f}" for name in SPATIAL_PATHS),
+            *(f"{row['spatial_projection_ms'][name]:.1f}" for name in paths),
             times(row["fft_vs_dense_spatial"]),
             times(row["fft_vs_direct_spatial"]),
         ]
-        for length, row in s["lengths"].items()
+        for length, row in rows.items()
     ]
-    names = list(next(iter(s["lengths"].values()))["encoder_tokens_per_second"])
+    names = list(next(iter(rows.values()))["encoder_tokens_per_second"])
     encoders = [
-        [length, *(f"{row['encoder_tokens_per_second'][name]:.0f}" for name in names)]
-        for length, row in s["lengths"].items()
+        [length, *(f"{row['encoder_tokens_per_second'][n]:.0f}" for n in names)] for length, row in rows.items()
     ]
     headers = {"BERT": "BERT (sdpa, attention dropout 0)"}
     baselines = ""
-    if s.get("spatial_baselines") == "plain products":
+    if s.get("spatial_baselines") == "plain products":  # the H200 run's: plain matmuls with a materialised W
         baselines = "; dense W and Toeplitz direct as plain products with a materialised W"
     return {
         "spatial": [
@@ -160,7 +142,7 @@ def render(s: dict) -> dict[str, list[str]]:
             "",
             f"Spatial projection alone (gate of d_ffn / 2 channels{baselines}), ms per step:",
             "",
-            *table(["length", "batch", *SPATIAL_PATHS, "FFT vs dense", "FFT vs direct"], spatial),
+            *table(["length", "batch", *paths, "FFT vs dense", "FFT vs direct"], spatial),
         ],
         "encoders": [
             f"Whole encoder ({s['encoder_layers']} layers), tokens/s:",
@@ -180,24 +162,16 @@ def plot(scaling: dict, path: Path) -> None:
     lengths = [int(length) for length in scaling["lengths"]]
     rows = list(scaling["lengths"].values())
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for name in SPATIAL_PATHS:
-        left.plot(lengths, [row["spatial_projection_ms"][name] for row in rows], "o-", label=name)
-    left.set(
-        xscale="log",
-        yscale="log",
-        xlabel="sequence length",
-        ylabel="ms per step (fwd + bwd)",
-        title=f"Spatial projection, {scaling['tokens_per_step']} tokens/step",
-    )
-    for name in rows[0]["encoder_tokens_per_second"]:
-        right.plot(lengths, [row["encoder_tokens_per_second"][name] for row in rows], "o-", label=name)
-    right.set(
-        xscale="log",
-        xlabel="sequence length",
-        ylabel="tokens/s (fwd + bwd)",
-        title=f"Encoder ({scaling['encoder_layers']} layers)",
-    )
-    for axis in (left, right):
+    spatial = {"yscale": "log", "ylabel": "ms per step (fwd + bwd)"}
+    spatial["title"] = f"Spatial projection, {scaling['tokens_per_step']} tokens/step"
+    encoders = {"ylabel": "tokens/s (fwd + bwd)", "title": f"Encoder ({scaling['encoder_layers']} layers)"}
+    for axis, key, settings in (
+        (left, "spatial_projection_ms", spatial),
+        (right, "encoder_tokens_per_second", encoders),
+    ):
+        for name in rows[0][key]:
+            axis.plot(lengths, [row[key][name] for row in rows], "o-", label=name)
+        axis.set(xscale="log", xlabel="sequence length", **settings)
         axis.set_xticks(lengths, [str(length) for length in lengths])
         axis.legend()
         axis.grid(alpha=0.3)

@@ -1,5 +1,5 @@
 """MLM training: a step (forward, backward, fused AdamW) of gMLP against BERT of equal parameter count set up the
-same way and g-mlp-pytorch, interleaved, with each case's peak step memory; with `--baseline REF`, gMLP at that git
+same way, interleaved, with each case's peak step memory; with `--baseline REF`, gMLP at that git
 revision beside the working tree's (before against after, in one run)."""
 
 import statistics
@@ -36,36 +36,32 @@ def measure(args) -> dict:
     allocation mapped on its own, counting optimizer state, gradients and activations; on a GPU the caching
     allocator's peak over three steps after the warm-up)."""
     device = torch.device(args.device)
-    refs = (None, args.baseline) if args.baseline else (None,)
-    cases = training_cases(refs)
+    cases = training_cases((None, args.baseline) if args.baseline else (None,))
     length = SMALL["max_position_embeddings"]
     input_ids, labels = mlm_batch(BATCH_SIZE, length, SMALL["vocab_size"], device)
     steps = {
-        name: training_step_fn(model.to(device), loss_fn, input_ids, labels)
-        for name, (model, loss_fn, _) in cases.items()
+        name: training_step_fn(case.model.to(device), case.loss, input_ids, labels) for name, case in cases.items()
     }
-    measured = interleaved(steps, args.rounds, warmup=2, repeats=args.repeats, device=device)
+    measured = interleaved(steps, args.rounds, args.min_run_time, warmup=2)
     bert = matched_bert_config()
     tokens, labelled = input_ids.numel(), int((labels != -100).sum())
     rows = {}
-    for name, (model, _, description) in cases.items():
+    for name, case in cases.items():
         seconds = statistics.median(measured[name])
-        config = bert if "bert" in name.lower() else gmlp_config()
         predicted = labelled if "sparse" in name else tokens
-        flops = 3 * forward_flops(config, tokens, length, predicted, head_transform=name != "g-mlp-pytorch")
+        flops = 3 * forward_flops(bert if "bert" in name.lower() else gmlp_config(), tokens, length, predicted)
         if device.type == "cuda":
             memory = peak_added_mib(steps[name], repeats=3, device=device)
         else:
             memory = measure_in_fresh_process(["case", name], args.threads)
         rows[name] = {
-            "description": description,
-            "parameters": num_parameters(model),
+            "description": case.description,
+            "parameters": num_parameters(case.model),
             "seconds_per_step": seconds,
             "tokens_per_second": tokens / seconds,
             "flops_per_step": flops,
             "mfu": flops / seconds / args.peak_flops,
             "vs_BertForMaskedLM": paired_ratio(measured, name, "BertForMaskedLM"),
-            "vs_g-mlp-pytorch": paired_ratio(measured, name, "g-mlp-pytorch") if "g-mlp-pytorch" in cases else None,
             "times": measured[name],
             "peak_step_memory_mib": memory,
         }
@@ -134,14 +130,13 @@ def render(result: dict) -> dict[str, list[str]]:
             f"{row['parameters'] / 1e6:.2f}M",
             f"{row['tokens_per_second']:.0f}",
             times(row["vs_BertForMaskedLM"]),
-            times(row["vs_g-mlp-pytorch"]) if row["vs_g-mlp-pytorch"] is not None else "(not installed)",
             f"{row['flops_per_step'] / 1e9:.1f}",
             percent(row["mfu"]),
             f"{row['peak_step_memory_mib']:.0f}",
         ]
         for name, row in rows.items()
     ]
-    headers = ["model", "parameters", "tokens/s", "vs BertForMaskedLM", "vs g-mlp-pytorch", "GFLOP/step", "MFU"]
+    headers = ["model", "parameters", "tokens/s", "vs BertForMaskedLM", "GFLOP/step", "MFU"]
     parts = {
         "like_for_like": [
             "### MLM training, like for like: gMLP against BERT of equal parameter count set up the same way",

@@ -2,6 +2,8 @@
 measured; the helpers the benchmarks share give what they promise."""
 
 import json
+import time
+from functools import partial
 
 import pytest
 import torch
@@ -9,7 +11,7 @@ from transformers import BertForMaskedLM
 
 from benchmarks import common
 from benchmarks.speed import __main__ as cli
-from benchmarks.speed import models, report, saved
+from benchmarks.speed import models, report, saved, scaling
 from benchmarks.speed.memory_worker import measure_in_fresh_process
 
 TINY = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 512, "vocab_size": 1000}
@@ -23,7 +25,7 @@ SECTIONS = {
     "saved": ["--saved-length", "64"],
     "scaling": ["--lengths", "32", "64", "--scaling-tokens", "128", "--scaling-layers", "1", "--scaling-rounds", "1"],
     # torch.compile is the precision section's to test: compiling costs minutes on two cores.
-    "gpu": ["--quick", "--gpu-batch", "2", "--gpu-fft-layers", "1", "--no-gpu-compile"],
+    "gpu": ["--quick", "--gpu-batch", "2", "--gpu-parts", "batches-bf16,inference-bf16-eager,fft-crossover"],
 }
 
 
@@ -38,10 +40,28 @@ def tiny_models(monkeypatch):
 @pytest.mark.parametrize("section", SECTIONS)
 def test_each_section_measures_and_writes_its_tables(tiny_models, tmp_path, section):
     output = tmp_path / "speed.json"
-    cli.main(["--sections", section, "--rounds", "1", "--repeats", "1", "--output", str(output), *SECTIONS[section]])
+    # One thread: tiny steps on two busy threads spend most of their time in OpenMP's waits.
+    argv = ["--sections", section, "--rounds", "1", "--min-run-time", "0", "--threads", "1", "--output", str(output)]
+    cli.main([*argv, *SECTIONS[section]])
     results = json.loads(output.read_text())
-    assert results[section]
+    assert results[section] and results[section].get("errors", {}) == {}
     assert output.with_suffix(".md").read_text() == report.markdown(results)
+
+
+def test_interleaved_rounds_time_each_case_and_pair_them():
+    """Every round times every case (the median per call of its block); a step that takes twice as long is paired
+    round by round at half the speed."""
+    calls = {"short": 0, "long": 0}
+
+    def step(name, seconds):
+        calls[name] += 1
+        time.sleep(seconds)
+
+    times = common.interleaved({"short": partial(step, "short", 0.002), "long": partial(step, "long", 0.004)}, 3)
+    assert [len(runs) for runs in times.values()] == [3, 3]
+    assert all(0.002 <= t < 0.02 for t in times["short"]) and all(0.004 <= t < 0.04 for t in times["long"])
+    assert calls["short"] >= 1 + 3 * 2  # the warm-up, then per round a call that sizes the block and a timed one
+    assert 1.5 < common.paired_ratio(times, "short", "long") < 2.5
 
 
 def test_bert_of_equal_parameter_count():
@@ -67,6 +87,16 @@ def test_the_saved_tensor_account_counts_a_shared_storage_once(tiny_models):
         return sum(entry["bytes"] for entry in entries if entry["block"] == "encoder.layer.0")
 
     assert block_bytes(recomputed) < block_bytes(plain)
+
+
+def test_the_crossover_is_where_the_fft_stays_faster():
+    def lengths(*ratios):
+        return {"lengths": {str(128 * 2**i): {"fft_vs_direct_spatial": r} for i, r in enumerate(ratios)}}
+
+    assert scaling.crossover(lengths(0.5, 0.9, 1.1, 1.8)) == 512
+    assert scaling.crossover(lengths(1.2, 0.9, 1.1, 1.8)) == 512  # faster at 128 by noise, slower again at 256
+    assert scaling.crossover(lengths(1.0, 1.2)) == 128
+    assert scaling.crossover(lengths(0.5, 0.9)) is None
 
 
 def test_a_failed_memory_measurement_raises():
