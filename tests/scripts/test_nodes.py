@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import rotated_lines, tiny_run, write
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 pytestmark = pytest.mark.e2e
 

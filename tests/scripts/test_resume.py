@@ -1,20 +1,17 @@
-"""A resume continues the run exactly: a checkpoint with a file cut short (a run killed while saving) is named and
-skipped, the settings a checkpoint records are written whole or not at all, and a resumed run_mlm.py logs the losses
-of the run that was never interrupted, step for step (the masks are drawn from the seed, the epoch and the batch)."""
+"""A resume continues the run exactly: a resumed run_mlm.py logs the losses of the run that was never interrupted, step
+for step (the masks are drawn from the seed, the epoch and the batch). Which checkpoint a resume takes:
+test_output_dirs.py."""
 
 import json
-import logging
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 from helpers import rotated_lines, tiny_run, write
-from transformers import TrainingArguments
 
-import run_mlm
-from gmlp.tasks.checkpoints import RunSettings, checkpoint_problem
+from gmlp.tasks import run_mlm
+from gmlp.tasks.mlm import MaskedLMCollator
 
 
 def mlm(tokenizer_dir, tmp_path, output_dir, *extra, **options) -> list[str]:
@@ -35,75 +32,6 @@ def mlm(tokenizer_dir, tmp_path, output_dir, *extra, **options) -> list[str]:
 def logged_losses(output_dir: Path) -> dict[int, float]:
     history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
     return {entry["step"]: entry["loss"] for entry in history if "loss" in entry}
-
-
-# ---- a checkpoint is whole, or named and skipped -------------------------------------------------------------------
-def test_a_checkpoint_whose_run_settings_are_empty_is_named_and_skipped(tokenizer_dir, tmp_path, caplog):
-    """The issue's reproduction: a run killed as checkpoint-2 appeared, every file present, run_settings.json empty.
-    The resume takes checkpoint-1 and says why; before, it crashed in json on every try."""
-    out = tmp_path / "out"
-    run_mlm.main(mlm(tokenizer_dir, tmp_path, out, max_steps=2, save_steps=1))
-    (out / "checkpoint-2" / "run_settings.json").write_text("")
-    with caplog.at_level(logging.WARNING, logger="gmlp"):
-        run_mlm.main(mlm(tokenizer_dir, tmp_path, out, max_steps=3, save_steps=1, resume_from_checkpoint=out))
-    messages = [record.getMessage() for record in caplog.records]
-    skipped = f"Skipping the incomplete checkpoint checkpoint-2: {out / 'checkpoint-2' / 'run_settings.json'} is not "
-    assert any(message.startswith(skipped + "readable JSON") for message in messages), messages
-    assert f"Resuming from {out / 'checkpoint-1'}" in messages
-    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tokenizer_dir, tmp_path_factory) -> Path:
-    """A complete checkpoint of a tiny run_mlm.py run (not to be changed: copy it)."""
-    tmp_path = tmp_path_factory.mktemp("run")
-    run_mlm.main(mlm(tokenizer_dir, tmp_path, tmp_path / "out", max_steps=1, save_steps=1))
-    return tmp_path / "out" / "checkpoint-1"
-
-
-CUT_SHORT = {  # a file a resume reads -> the problem named when it is cut to its first 10 bytes
-    "config.json": "is not readable JSON",
-    "tokenizer.json": "is not readable JSON",
-    "tokenizer_config.json": "is not readable JSON",
-    "trainer_state.json": "is not readable JSON",
-    "run_settings.json": "is not readable JSON",
-    "rng_state.pth": "is truncated or corrupt",
-    "scheduler.pt": "is truncated or corrupt",
-    "optimizer.pt": "is truncated or corrupt",
-    "model.safetensors": "is truncated or corrupt",
-}
-
-
-@pytest.mark.parametrize("name", sorted(CUT_SHORT))
-def test_every_file_a_resume_reads_is_read_by_the_completeness_check(name, checkpoint, tmp_path):
-    folder = shutil.copytree(checkpoint, tmp_path / "checkpoint-1")
-    assert checkpoint_problem(folder) is None
-    path = folder / name
-    path.write_bytes(path.read_bytes()[:10])
-    assert checkpoint_problem(folder).startswith(f"{path} {CUT_SHORT[name]}")
-
-
-def test_a_kill_while_the_settings_are_written_leaves_no_file_cut_short(checkpoint, tmp_path, monkeypatch):
-    """RunSettings writes run_settings.json under a temporary name, then renames it: killed half-way, the checkpoint
-    has no settings file (a resume logs that it cannot compare them) rather than a file cut short."""
-    folder = shutil.copytree(checkpoint, tmp_path / "checkpoint-1")
-    (folder / "run_settings.json").unlink()
-
-    def killed_half_way(path, text, **kwargs):
-        with open(path, "w", **kwargs) as file:
-            file.write(text[: len(text) // 2])
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(Path, "write_text", killed_half_way)
-    settings = RunSettings([TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-3)])
-    state = SimpleNamespace(global_step=1, is_world_process_zero=True)
-    with pytest.raises(KeyboardInterrupt):
-        settings.on_save(SimpleNamespace(output_dir=str(tmp_path)), state, None)
-    monkeypatch.undo()
-    assert not (folder / "run_settings.json").exists()
-    assert '"learning_rate": 0.001' in json.dumps(settings.settings, indent=1)
-    assert (folder / ".run_settings.json.partial").is_file()
-    assert checkpoint_problem(folder) is None
 
 
 # ---- a resumed run continues the same curve ------------------------------------------------------------------------
@@ -139,22 +67,20 @@ def test_a_resumed_run_logs_the_uninterrupted_runs_losses(case, tokenizer_dir, t
     options, checkpoints, epochs = RESUMES[case]
     extra = ["--whole_word_mask"] if "whole words" in case else []
     whole = tmp_path / "whole"
-    run_mlm.main(mlm(tokenizer_dir, tmp_path, whole, *extra, **options))
+    run_mlm.run(mlm(tokenizer_dir, tmp_path, whole, *extra, **options))
     expected = logged_losses(whole)
     assert sorted(expected) == list(range(1, options["max_steps"] + 1))
     for name, epoch in zip(checkpoints, epochs, strict=True):
         assert json.loads((whole / name / "trainer_state.json").read_text())["epoch"] == pytest.approx(epoch)
         resumed = tmp_path / f"resumed-from-{name}"
         shutil.copytree(whole / name, resumed / name)
-        run_mlm.main(mlm(tokenizer_dir, tmp_path, resumed, *extra, **options, resume_from_checkpoint=resumed))
+        run_mlm.run(mlm(tokenizer_dir, tmp_path, resumed, *extra, **options, resume_from_checkpoint=resumed))
         assert logged_losses(resumed) == expected, name
 
 
 def test_the_masks_differ_from_epoch_to_epoch_and_from_batch_to_batch(script_tokenizer):
     """The masks' seeds: the same batch gets the same mask in the same epoch, another one in the next epoch, and two
     batches of one epoch differ; torch's global random state is neither used nor changed."""
-    from gmlp.tasks.mlm import MaskedLMCollator
-
     collator = MaskedLMCollator(script_tokenizer, mlm_probability=0.5, mask_seed=0)
     batch = [{"input_ids": script_tokenizer(line)["input_ids"]} for line in rotated_lines(4)]
     other = [{"input_ids": script_tokenizer(line)["input_ids"]} for line in rotated_lines(8)[4:]]
