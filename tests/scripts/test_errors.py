@@ -58,8 +58,9 @@ def test_a_bug_is_not_taken_for_a_user_error(tokenizer_dir, tmp_path, monkeypatc
 
 
 @pytest.mark.e2e
-def test_the_scripts_print_a_user_error_without_a_traceback(tmp_path):
-    result = python(tmp_path, ROOT / "run_glue.py", "--train_file", tmp_path / "missing.csv", "--do_train")
+def test_the_scripts_print_a_user_error_without_a_traceback(tokenizer_dir, tmp_path):
+    arguments = glue_run(tokenizer_dir, tmp_path, train_file=tmp_path / "missing.csv")
+    result = python(tmp_path, ROOT / "run_glue.py", *arguments)
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.splitlines()[-1] == f"error: {MISSING.format(tmp=tmp_path)}"
     assert [line for line in result.stderr.splitlines() if line.startswith("error: ")] == result.stderr.splitlines()[
