@@ -23,9 +23,8 @@ def check_arguments(training_args, *, loads: list[str | None], no_predict: str |
         raise ScriptError(no_predict)
     if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
         raise ScriptError("Nothing to do: pass --do_train and/or --do_eval (or --do_predict where the script has it).")
-    if missing := " ".join(
-        sorted({*training_args.report_to} - {"none", "all", *get_available_reporting_integrations()})
-    ):
+    installed = {"none", "all", *get_available_reporting_integrations()}
+    if missing := " ".join(sorted(set(training_args.report_to) - installed)):
         raise ScriptError(
             f"--report_to {missing}: not installed. Install it (`pip install {missing}`) or report elsewhere (--report_to none logs to the console only)."
         )
@@ -40,10 +39,8 @@ def check_arguments(training_args, *, loads: list[str | None], no_predict: str |
 
 
 def check_processes(training_args) -> None:
-    """`--save_on_each_node` on several nodes is refused: Transformers 5 writes the model's weights and config from
-    the first process only, whatever the flag says, so the other nodes' checkpoints could not be resumed (nor be
-    cleaned or checked by the first process). So are `--fsdp` and `--deepspeed` on the CPU, where Accelerate would
-    silently run plain data-parallel (DDP) instead."""
+    """Refused: `--save_on_each_node` on several nodes (Transformers 5 saves the model from the first process only,
+    whatever the flag says), `--fsdp` and `--deepspeed` on the CPU (Accelerate would run plain DDP instead)."""
     nodes = training_args.world_size // int(os.environ.get("LOCAL_WORLD_SIZE", training_args.world_size))
     if training_args.save_on_each_node and nodes > 1:
         raise ScriptError(
@@ -92,9 +89,8 @@ def check_evaluation_arguments(training_args, metric_names: tuple[str, ...], *, 
             )
     metric = (training_args.metric_for_best_model or "loss").removeprefix("eval_")
     if metric not in metric_names:
-        near = [name for name in metric_names if name.startswith(metric)] or difflib.get_close_matches(
-            metric, metric_names
-        )
+        near = [name for name in metric_names if name.startswith(metric)]
+        near = near or difflib.get_close_matches(metric, metric_names)
         hint = f" Did you mean --metric_for_best_model {near[0]}?" if near else ""
         raise ScriptError(
             f"--metric_for_best_model {training_args.metric_for_best_model}: {script}'s evaluation reports {', '.join(metric_names)} (each also as eval_<name>), not {metric}.{hint}"
@@ -103,12 +99,8 @@ def check_evaluation_arguments(training_args, metric_names: tuple[str, ...], *, 
 
 def check_no_evaluation_during_training(training_args, *, script: str) -> None:
     """For a script that scores only after training (run_squad.py): no evaluation during it, no best checkpoint."""
-    asked = [f"--eval_strategy {training_args.eval_strategy.value}"] if training_args.eval_strategy != "no" else []
-    asked += (
-        [f"--metric_for_best_model {training_args.metric_for_best_model}"]
-        if training_args.metric_for_best_model
-        else []
-    )
+    strategy, metric = training_args.eval_strategy.value, training_args.metric_for_best_model
+    asked = [f"--eval_strategy {strategy}"] * (strategy != "no") + [f"--metric_for_best_model {metric}"] * bool(metric)
     if asked:
         raise ScriptError(
             f"{' and '.join(asked)}: {script} scores its answers (exact match, F1) after training, with --do_eval; it does not evaluate during training, nor choose the best checkpoint. Drop them, and score a checkpoint with --do_eval --model_name_or_path OUTPUT_DIR/checkpoint-N."

@@ -47,8 +47,6 @@ class SentenceFlattening(DataCollatorWithFlattening):
         label = "label" if "label" in features[0] else "labels" if "labels" in features[0] else None
         if label is not None:
             values = [f[label] for f in features]
-            floating = any(
-                isinstance(v, float) or (isinstance(v, list) and v and isinstance(v[0], float)) for v in values
-            )
+            floating = any(isinstance(v[0] if isinstance(v, list) and v else v, float) for v in values)
             batch["labels"] = torch.tensor(values, dtype=torch.float if floating else torch.long)
         return batch

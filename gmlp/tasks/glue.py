@@ -92,9 +92,8 @@ def load_task(data_args, training_args, model_args, config) -> tuple[TextClassif
         return custom_task(raw[labelled[0]], files[labelled[0]], named), raw
     if not model_args.model_name_or_path:
         raise ScriptError("A --test_file alone needs --model_name_or_path, a classifier whose labels it predicts.")
-    names = (
-        None if config.problem_type == "regression" or config.num_labels == 1 else tuple(labels.model_labels(config))
-    )
+    regression = config.problem_type == "regression" or config.num_labels == 1
+    names = None if regression else tuple(labels.model_labels(config))
     multi_label = config.problem_type == "multi_label_classification"
     columns = choose_text_columns(raw["test"], files["test"], named)
     return TextClassificationTask("custom", columns, names, ids_allowed=False, multi_label=multi_label), raw
@@ -133,9 +132,8 @@ def load_glue_dir(glue_dir: str, task: TextClassificationTask, splits) -> datase
             fields = dict(zip(task.tsv_fields, (*task.text_columns, "label")))  # TSV field -> Hub column
             fields = {field: column for field, column in fields.items() if labelled or column != "label"}
             require_columns(dataset, fields, path, hint=f"Is it GLUE's {task.folder} file?")
-            if (
-                short := min((i for f in fields for i, v in enumerate(dataset[f]) if v is None), default=None)
-            ) is not None:
+            short = min((i for f in fields for i, v in enumerate(dataset[f]) if v is None), default=None)
+            if short is not None:
                 raise ScriptError(f"{path}, line {short + first_line}: fewer fields than the header's.")
             fields |= {"index": "idx"} if "index" in dataset.column_names else {}
             dataset = dataset.select_columns(list(fields)).rename_columns({f: c for f, c in fields.items() if f != c})
@@ -162,10 +160,8 @@ def encode_task(dataset, task: TextClassificationTask, source: str, *, labelled=
         label = datasets.List(datasets.Value("float32"), length=len(task.label_names))
     else:
         label = datasets.ClassLabel(names=list(task.label_names))
-    features = dict.fromkeys(task.text_columns, datasets.Value("string")) | {
-        "label": label,
-        "idx": datasets.Value("int32"),
-    }
+    features = dict.fromkeys(task.text_columns, datasets.Value("string"))
+    features |= {"label": label, "idx": datasets.Value("int32")}
     return dataset.select_columns(list(features)).cast(datasets.Features(features))
 
 

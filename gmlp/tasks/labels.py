@@ -79,9 +79,8 @@ def label_images(raw: datasets.DatasetDict, column: str, config, *, model_args, 
     else:
         raise ScriptError("Images to label need a model that knows the labels: pass --model_name_or_path.")
     for split in labelled:
-        if unknown := [
-            name for name in raw[split].features[column].names if name.lower() not in map(str.lower, names)
-        ]:
+        known = {name.lower() for name in names}
+        if unknown := [name for name in raw[split].features[column].names if name.lower() not in known]:
             raise ScriptError(
                 f"The {split} data has labels the model does not know: {unknown} (its labels: {names}). Give every split the same classes: the {split} data's class folders (or labels) must be among the model's."
             )

@@ -28,11 +28,8 @@ def from_name(load, name: str, option: str, presets=(), **kwargs):
     except OSError as error:
         if os.path.exists(name):
             raise
-        hub = (
-            "could not be reached to look it up"
-            if is_offline_mode() or "connect" in str(error)
-            else "has no such model"
-        )
+        offline = is_offline_mode() or "connect" in str(error)
+        hub = "could not be reached to look it up" if offline else "has no such model"
         near = difflib.get_close_matches(name, presets, n=1, cutoff=0.6)
         preset = f" Did you mean the preset {near[0]!r}?" if near else ""
         listed = f" Presets: {', '.join(presets)}." if presets else ""
@@ -129,9 +126,10 @@ def mismatched_weights(folder: str, auto_class, config) -> str:
     for path in files:
         with safe_open(str(path), framework="pt") as weights:
             found += [(key, tuple(weights.get_slice(key).get_shape())) for key in weights.keys()]  # noqa: SIM118
-    differ = ", ".join(
+    differ = [
         f"{key} {shape} (this run: {expected[key]})" for key, shape in found if expected.get(key, shape) != shape
-    )
+    ]
+    differ = ", ".join(differ)
     labels = f"; the data has {config.num_labels} labels" if "classifier" in differ else ""
     return f"its weights {differ} have other shapes than this run's model{labels}"
 

@@ -76,10 +76,11 @@ def run(argv: list[str]) -> dict:
     task, raw = glue.load_task(data_args, training_args, model_args, config)
     names = None
     if not task.is_regression:
-        source = data_args.train_file or data_args.validation_file or f"GLUE {task.name}"
-        names = labels.choose_labels(
-            config, task.label_names, model_args=model_args, source=source, training=training_args.do_train
+        source, trains = (
+            data_args.train_file or data_args.validation_file or f"GLUE {task.name}",
+            training_args.do_train,
         )
+        names = labels.choose_labels(config, task.label_names, model_args=model_args, source=source, training=trains)
     labels.set_labels(config, names, multi_label=task.multi_label)
     config.finetuning_task = data_args.task_name
     evaluation = glue.glue_evaluation(data_args.task_name, task, config.num_labels)

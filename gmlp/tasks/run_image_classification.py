@@ -77,9 +77,8 @@ def load_image_data(data_args: DataTrainingArguments, training_args, model_args)
 def run(argv: list[str]) -> dict:
     """The script on the arguments `argv`: the metrics of its evaluation."""
     setup.set_environment()
-    model_args, data_args, training_args = parse_arguments(
-        ModelArguments, DataTrainingArguments, TrainingArguments, argv=argv
-    )
+    types = (ModelArguments, DataTrainingArguments, TrainingArguments)
+    model_args, data_args, training_args = parse_arguments(*types, argv=argv)
     setup.start_logging(training_args)
     checks.check_arguments(training_args, loads=[model_args.model_name_or_path])
     evaluation = images.image_evaluation()

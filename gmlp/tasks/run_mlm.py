@@ -55,9 +55,8 @@ def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArgumen
     if data_args.dataset_name is not None:
         raw = data.load_hub_dataset(data_args, model_args, streaming=data_args.streaming)
     else:
-        raw = data.load_data_files(
-            data_args.data_files(), cache_dir=model_args.cache_dir, streaming=data_args.streaming
-        )
+        files, streaming = data_args.data_files(), data_args.streaming
+        raw = data.load_data_files(files, cache_dir=model_args.cache_dir, streaming=streaming)
     if "validation" in raw or "train" not in raw or data_args.streaming:
         return raw
     if not 0 < (percentage := data_args.validation_split_percentage) < 100:

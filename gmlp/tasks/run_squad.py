@@ -109,9 +109,8 @@ def run(argv: list[str]) -> dict:
         files["prefix"] = None if prefix == "eval" else prefix
         answers = squad.postprocess_qa_predictions(examples, windows, output.predictions, **files, **answering)
         scores = squad.score_answers(answers, examples, version_2_with_negative=version_2)
-        results = {**output.metrics, f"{prefix}_samples": len(examples)} | {
-            f"{prefix}_{k}": v for k, v in scores.items()
-        }
+        results = {**output.metrics, f"{prefix}_samples": len(examples)}
+        results |= {f"{prefix}_{key}": value for key, value in scores.items()}
         training.record_metrics(trainer, prefix, results)
         metrics |= results
     dataset = data_args.dataset_name or data_args.train_file or data_args.validation_file
