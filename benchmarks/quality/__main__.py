@@ -1,5 +1,5 @@
 """`python -m benchmarks.quality` (or `python benchmarks/quality`): run the chosen parts, reusing every record, then
-write quality.json, quality.md, the curves, and the tables inside docs/quality.md and the README."""
+write quality.json, quality.md, the curves, and the tables inside docs/quality.md."""
 
 import argparse
 import json
@@ -43,7 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the shared data folder")
     add("--work_dir", type=Path, default=ROOT.parent / "quality-work", help="checkpoints, logs, splits")
     add("--output", type=Path, default=ROOT / "benchmarks" / "results" / "quality.json")
-    add("--no_docs", action="store_true", help="leave docs/quality.md and the README as they are")
+    add("--no_docs", action="store_true", help="leave docs/quality.md as it is")
     add(
         "--report_only",
         action="store_true",

@@ -1,6 +1,6 @@
-"""The report: quality.md (every table), the curves' plot, and the generated tables inside docs/quality.md and the
-README (between `<!-- quality:NAME -->` and `<!-- /quality:NAME -->` markers; the prose around them is written by
-hand from the same records)."""
+"""The report: quality.md (every table), the curves' plot, and the generated tables inside docs/quality.md (between
+`<!-- quality:NAME -->` and `<!-- /quality:NAME -->` markers; the prose around them is written by hand from the same
+records)."""
 
 import math
 import re
@@ -10,7 +10,7 @@ from . import tables
 from .context import ROOT
 from .models import MODELS
 
-PAGES = (ROOT / "docs" / "quality.md", ROOT / "README.md")  # the pages with generated tables
+PAGES = (ROOT / "docs" / "quality.md",)  # the pages with generated tables
 
 
 def markdown(results: dict, rendered: dict) -> str:
@@ -89,7 +89,7 @@ def plot(results: dict, path: Path) -> None:
 
 
 def write(results: dict, output: Path, *, docs: bool) -> str:
-    """quality.md and the plot beside `output`; with `docs`, the tables into docs/quality.md and the README."""
+    """quality.md and the plot beside `output`; with `docs`, the tables into docs/quality.md."""
     rendered = tables.rendered(results)
     report = markdown(results, rendered)
     output.with_suffix(".md").write_text(report)

@@ -295,7 +295,7 @@ def task_cell(rows: dict, name: str, key: str, scale: float) -> str:
 
 @section("Summary", "pretrain", "step_time", "pretrain_derived")
 def summary(results: dict) -> str:
-    """The README's table: per model, pretraining at equal steps and time, where each seed's curve leaves the plateau
+    """The summary table (docs/quality.md): per model, pretraining at equal steps and time, where each seed's curve leaves the plateau
     (its first evaluation at or below half the unigram perplexity), and the fine-tuning means ("–" for the dropout
     variants, which are pretrained only)."""
     derived = results["pretrain_derived"]

@@ -6,7 +6,7 @@ markdown tables out, the results as JSON with every round's time (docs/benchmark
     python -m benchmarks.speed --sections training,memory --baseline main    # before (main) against after, one run
     python -m benchmarks.speed --sections gpu --device cuda                  # the GPU section
     python -m benchmarks.speed --report-only --output F.json    # the tables of saved results, measuring nothing
-    python -m benchmarks.speed --docs           # the marked tables of docs/benchmarks.md and the README
+    python -m benchmarks.speed --docs           # the marked tables of docs/benchmarks.md
 
 Sections: benchmarks/speed/<section>.py, each a measure and a render step. Cases run interleaved (A B C A B C ...),
 each round timed by `torch.utils.benchmark.Timer.blocked_autorange`; tables give medians over rounds and paired

@@ -1,5 +1,5 @@
 """The tables of saved results: each results file's markdown (`benchmarks/results/speed_*.md`) and the tables of
-docs/benchmarks.md and the README, which are marked there by the results file and table they come from:
+docs/benchmarks.md, which are marked there by the results file and table they come from:
 
     <!-- table speed_training.json training.like_for_like -->
     ...the table, rewritten by `python -m benchmarks.speed --docs`...
@@ -40,7 +40,7 @@ SECTIONS = {
     "padding_free": padding_free,
     "gpu": gpu,
 }
-DOCS = (ROOT / "docs" / "benchmarks.md", ROOT / "README.md")
+DOCS = (ROOT / "docs" / "benchmarks.md",)
 MARKED = re.compile(r"^(<!-- table (\S+) (\w+)\.([^\n]+) -->\n).*?^(<!-- end table -->)", re.DOTALL | re.MULTILINE)
 
 

@@ -507,4 +507,4 @@ def test_without_an_importable_timm_the_message_gives_the_install_that_keeps_the
     message = str(stop.value)
     assert message.startswith(f"--timm-model needs timm, which does not import here ({quoted}")
     assert CPU_INSTALL in message and "--checkpoint" in message
-    assert CPU_INSTALL in " ".join((ROOT / "README.md").read_text().split())
+    assert CPU_INSTALL in " ".join((ROOT / "docs" / "scripts.md").read_text().split())

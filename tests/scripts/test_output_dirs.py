@@ -162,7 +162,7 @@ def test_a_kill_while_the_settings_are_written_leaves_no_file_cut_short(checkpoi
 
 
 def test_a_checkpoint_saved_whole_by_fsdp_counts_as_complete(tmp_path):
-    """Under the README's --fsdp command the Trainer saves FSDP's full state dicts: the weights as
+    """Under docs/scripts.md's --fsdp command the Trainer saves FSDP's full state dicts: the weights as
     pytorch_model_fsdp.bin (beside model.safetensors), the optimizer as optimizer.bin, no optimizer.pt (the resume of
     such a checkpoint was refused on an H200); a file of them cut short is still caught."""
     folder = tmp_path / "checkpoint-4"

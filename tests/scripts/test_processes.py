@@ -1,5 +1,5 @@
 """Several processes and the devices they run on: torchrun's two CPU processes train one run; a run that `accelerate
-launch` asked for several processes but started alone says so (and the README's command starts them); FSDP and
+launch` asked for several processes but started alone says so (and docs/scripts.md's command starts them); FSDP and
 DeepSpeed on the CPU are refused rather than silently run as DDP; --bf16 runs on a CPU; --torch_compile pads every
 example to one length and compiles each block once. (Two nodes: test_nodes.py; the evaluation's loss over two
 processes: test_evaluation.py.)"""
@@ -105,11 +105,11 @@ def test_a_run_that_accelerate_asked_for_two_processes_but_started_alone_says_so
 
 
 @pytest.mark.e2e
-def test_the_readmes_accelerate_command_starts_two_processes_on_the_cpu(tokenizer_dir, tmp_path):
+def test_the_docs_accelerate_command_starts_two_processes_on_the_cpu(tokenizer_dir, tmp_path):
     command = re.search(
-        r"accelerate launch (--multi_gpu --num_processes 2) run_glue\.py", (ROOT / "README.md").read_text()
+        r"accelerate launch (--multi_gpu --num_processes 2) run_glue\.py", (ROOT / "docs" / "scripts.md").read_text()
     )
-    assert command, "the README's accelerate command for several CPU processes is gone"
+    assert command, "docs/scripts.md's accelerate command for several CPU processes is gone"
     data = csv_file(tmp_path / "train.csv", zip(rotated_lines(8), ["no", "yes"] * 4))
     options = {"train_file": data, "do_train": True, "max_steps": 2, "max_seq_length": 16}
     script = [str(ROOT / "run_glue.py"), *tiny_run(tmp_path / "out", *COMMON, tokenizer=tokenizer_dir, **options)]

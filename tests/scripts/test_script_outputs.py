@@ -1,8 +1,8 @@
 """What the scripts write: a model card that says what the model is and how to load it (only where a run trained), a
 tokenizer that says the length the model was trained at (the run's --max_seq_length, at most n, never the limit of
 the tokenizer the run started from), predictions of --do_predict alone, strict JSON; --config_overrides sets a field
-whose default is None; and the README's set-ups run as written: its tokenizer line loads without asking to run code,
-its causal-pretraining set-up gives a folder that Transformers' stock run_clm.py takes (it loads through
+whose default is None; and the docs' set-ups run as written: docs/deploy.md's tokenizer line loads without asking to
+run code, docs/scripts.md's causal-pretraining set-up gives a folder that Transformers' stock run_clm.py takes (it loads through
 AutoModelForCausalLM where this package is not installed)."""
 
 import json
@@ -24,7 +24,7 @@ from gmlp.tasks import run_glue, run_mlm, run_squad, squad, training
 from gmlp.tasks.arguments import ModelArguments
 from gmlp.tasks.loading import load_config
 
-README = (Path(__file__).parents[2] / "README.md").read_text()
+DOCS = Path(__file__).parents[2] / "docs"
 
 
 # ---- the model card: what the model is, how to load it; only where a run trained ---------------------------------
@@ -205,13 +205,13 @@ def test_config_overrides_set_a_field_whose_default_is_none():
         load_config(ModelArguments(config_name="gmlp-tiny", config_overrides="id2label=3"))
 
 
-# ---- the README's set-ups ------------------------------------------------------------------------------------------
+# ---- the set-ups of docs/deploy.md and docs/scripts.md ------------------------------------------------------------------------------------------
 @pytest.mark.e2e
-def test_the_readme_tokenizer_line_loads_without_asking_to_run_code(tokenizer_dir, tmp_path):
-    """The Deploying section's tokenizer line, in a process where this package is not installed and no one answers:
+def test_the_deploy_docs_tokenizer_line_loads_without_asking_to_run_code(tokenizer_dir, tmp_path):
+    """docs/deploy.md's tokenizer line, in a process where this package is not installed and no one answers:
     no "Do you wish to run the custom code?" prompt (15 s in a terminal), no warning about the model type."""
-    section = README.split("\n## Deploying\n", 1)[1].split("\n## ", 1)[0]
-    line = re.search(r"^tokenizer = AutoTokenizer\.from_pretrained\(.*$", section, re.MULTILINE).group(0)
+    deploying = (DOCS / "deploy.md").read_text()
+    line = re.search(r"^tokenizer = AutoTokenizer\.from_pretrained\(.*$", deploying, re.MULTILINE).group(0)
     AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(tmp_path / "my-gmlp")
     GMLPModel(GMLPConfig.from_preset("gmlp-tiny", num_hidden_layers=1)).save_pretrained(tmp_path / "my-gmlp")
     script = f"import sys\nsys.modules['gmlp'] = None\nfrom transformers import AutoTokenizer\n{line}\nprint(tokenizer('a cat')['input_ids'])"
@@ -234,14 +234,15 @@ def test_the_readme_tokenizer_line_loads_without_asking_to_run_code(tokenizer_di
 
 
 @pytest.mark.e2e
-def test_the_readme_causal_set_up_loads_through_auto_model_for_causal_lm(tokenizer_dir, tmp_path, monkeypatch):
-    """The Scripts section's causal set-up (an untrained GMLPForCausalLM and its tokenizer, the folder that
+def test_the_scripts_docs_causal_set_up_loads_through_auto_model_for_causal_lm(tokenizer_dir, tmp_path, monkeypatch):
+    """docs/scripts.md's causal set-up (an untrained GMLPForCausalLM and its tokenizer, the folder that
     Transformers' run_clm.py takes as --model_name_or_path with --trust_remote_code) run as written: the folder loads
     through AutoModelForCausalLM where this package is not installed and gives the model's logits."""
-    setup = re.search(r'^python -c "(import gmlp.*?)"$', README, re.MULTILINE | re.DOTALL).group(1)
+    scripts = (DOCS / "scripts.md").read_text()
+    setup = re.search(r'^python -c "(import gmlp.*?)"$', scripts, re.MULTILINE | re.DOTALL).group(1)
     monkeypatch.chdir(tmp_path)
     AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained("tok")
-    exec(setup, {})  # noqa: S102 (the README's own code, run as a user runs it)
+    exec(setup, {})  # noqa: S102 (the docs' own code, run as a user runs it)
     config = json.loads((tmp_path / "clm-init" / "config.json").read_text())
     assert config["is_decoder"] and config["auto_map"]["AutoModelForCausalLM"] == "modeling_gmlp.GMLPForCausalLM"
     inputs = torch.tensor([AutoTokenizer.from_pretrained("clm-init")("the cat sat")["input_ids"]])
