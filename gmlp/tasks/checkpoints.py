@@ -1,5 +1,4 @@
-"""Resuming: a run directory's checkpoints, which of them are complete (every file a resume reads, read), and which one
-`--resume_from_checkpoint` continues from."""
+"""Resuming: a run directory's checkpoints, which are complete, and which one `--resume_from_checkpoint` takes."""
 
 import json
 import logging
@@ -15,14 +14,13 @@ logger = logging.getLogger(__name__)
 
 
 def checkpoint_folders(folder: Path) -> list[Path]:
-    """The Trainer's `checkpoint-N` folders in `folder`, oldest (smallest N) first."""
+    """The Trainer's `checkpoint-N` folders in `folder`, oldest first."""
     numbered = [path for path in folder.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", path.name)]
     return sorted((path for path in numbered if path.is_dir()), key=lambda path: int(path.name[11:]))
 
 
 def earlier_run(training_args) -> tuple[list[Path], list[Path]]:
-    """The results (`*_results.json`) and the checkpoints that `--output_dir` holds of an earlier run; none when this
-    run resumes (it continues their run)."""
+    """The results (`*_results.json`) and checkpoints of an earlier run in `--output_dir`; none when resuming."""
     output_dir = Path(training_args.output_dir)
     if not output_dir.is_dir() or training_args.resume_from_checkpoint is not None:
         return [], []
@@ -30,13 +28,12 @@ def earlier_run(training_args) -> tuple[list[Path], list[Path]]:
 
 
 def sharded_state(folder: Path, prefix: str) -> Path | None:
-    """The complete `torch.distributed.checkpoint` folder `prefix`_N in `folder` that FSDP's sharded saving writes
-    (the Trainer's `pytorch_model_fsdp_0`, `optimizer_0`), if any: its `.metadata` is written last."""
+    """FSDP's complete sharded folder `prefix`_N in `folder` (its `.metadata` is written last), if any."""
     return next((path for path in sorted(folder.glob(f"{prefix}_*")) if (path / ".metadata").is_file()), None)
 
 
 def weights_problem(folder: Path) -> str | None:
-    """Why the model weights in `folder` cannot be read (missing, truncated or corrupt), or None."""
+    """Why the model weights in `folder` cannot be read, or None."""
     names = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "adapter_model.safetensors")
     names += ("pytorch_model_fsdp.bin",)  # FSDP's full state dict (the Trainer's --fsdp with FULL_STATE_DICT)
     present = [folder / name for name in names if (folder / name).is_file()]
@@ -56,9 +53,7 @@ def weights_problem(folder: Path) -> str | None:
 
 
 def checkpoint_problem(folder: Path) -> str | None:
-    """Why the Trainer checkpoint `folder` cannot be resumed from (a file missing, cut short or unreadable), or None.
-    Every file a resume reads is read here: its weights opened, each JSON file parsed (the config, the trainer state,
-    `run_settings.json`, the tokenizer's), each torch archive's directory found."""
+    """Why the checkpoint `folder` cannot be resumed from (a file a resume reads missing or unreadable), or None."""
     if problem := weights_problem(folder):
         return problem
     needed = [folder / "trainer_state.json", folder / "scheduler.pt"]
@@ -79,8 +74,7 @@ def checkpoint_problem(folder: Path) -> str | None:
 
 
 def resolve_checkpoint(training_args) -> str | None:
-    """`--resume_from_checkpoint`: a checkpoint, or of a run directory's `checkpoint-*` folders the newest complete one
-    (a run killed while saving leaves an incomplete one behind), logging why each newer one is skipped."""
+    """`--resume_from_checkpoint`: a checkpoint, or a run directory's newest complete one (why newer ones are not, logged)."""
     path = training_args.resume_from_checkpoint
     if path is None:
         return None

@@ -1,6 +1,4 @@
-"""The checks that must pass before a run starts, of what could otherwise only fail later (after training, or on
-another process): something to do, the trackers installed, the Hub at hand for `--push_to_hub`, what several nodes or
-the CPU cannot run, the evaluation's settings, and an output directory that holds no other run."""
+"""The checks before a run starts, of what would otherwise fail later (after training, or on another process)."""
 
 import difflib
 import os
@@ -15,9 +13,7 @@ from .errors import ScriptError
 
 
 def check_arguments(training_args, *, loads: list[str | None], no_predict: str | None = None) -> None:
-    """Before anything loads: what several nodes or the CPU cannot run, something to do (`no_predict`: why the script
-    refuses `--do_predict`), `--report_to` installed, the Hub at hand for `--push_to_hub`, and an `--output_dir` that
-    holds no other run (`loads`: the paths the run loads)."""
+    """Before anything loads (`loads`: the paths the run loads; `no_predict`: why the script refuses `--do_predict`)."""
     check_processes(training_args)
     if training_args.do_predict and no_predict:
         raise ScriptError(no_predict)
@@ -39,8 +35,7 @@ def check_arguments(training_args, *, loads: list[str | None], no_predict: str |
 
 
 def check_processes(training_args) -> None:
-    """Refused: `--save_on_each_node` on several nodes (Transformers 5 saves the model from the first process only,
-    whatever the flag says), `--fsdp` and `--deepspeed` on the CPU (Accelerate would run plain DDP instead)."""
+    """Refused: `--save_on_each_node` on several nodes, `--fsdp` and `--deepspeed` on the CPU."""
     nodes = training_args.world_size // int(os.environ.get("LOCAL_WORLD_SIZE", training_args.world_size))
     if training_args.save_on_each_node and nodes > 1:
         raise ScriptError(
@@ -54,9 +49,7 @@ def check_processes(training_args) -> None:
 
 
 def check_output_dir(training_args, loads: list[str]) -> None:
-    """An `--output_dir` that holds no other run's results (which this run's would be mixed with) or, when training,
-    checkpoints (which a resume could take for this run's), unless `--overwrite_output_dir` removes them: an error
-    then if this run loads one of them."""
+    """An `--output_dir` without another run's results or (training) checkpoints, unless `--overwrite_output_dir`."""
     (results, checkpoints), output_dir = earlier_run(training_args), training_args.output_dir
     if training_args.overwrite_output_dir:
         loaded = [path for path in checkpoints if any(path.resolve() == Path(name).resolve() for name in loads)]
@@ -75,9 +68,7 @@ def check_output_dir(training_args, loads: list[str]) -> None:
 
 
 def check_evaluation_arguments(training_args, metric_names: tuple[str, ...], *, script: str) -> None:
-    """The evaluation loop must hand `compute_metrics` the whole evaluation set (the loss is averaged over it), and
-    `--metric_for_best_model` must name one of the `metric_names` that `script`'s evaluation reports, or the run
-    would stop at its first evaluation."""
+    """`compute_metrics` gets the whole evaluation set, and `--metric_for_best_model` is one of `metric_names`."""
     for flag, asked in (
         ("--prediction_loss_only", training_args.prediction_loss_only),
         ("--batch_eval_metrics", training_args.batch_eval_metrics),
@@ -98,7 +89,7 @@ def check_evaluation_arguments(training_args, metric_names: tuple[str, ...], *, 
 
 
 def check_no_evaluation_during_training(training_args, *, script: str) -> None:
-    """For a script that scores only after training (run_squad.py): no evaluation during it, no best checkpoint."""
+    """For a script that scores only after training: no evaluation during it, no best checkpoint."""
     strategy, metric = training_args.eval_strategy.value, training_args.metric_for_best_model
     asked = [f"--eval_strategy {strategy}"] * (strategy != "no") + [f"--metric_for_best_model {metric}"] * bool(metric)
     if asked:

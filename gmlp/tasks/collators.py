@@ -1,5 +1,4 @@
-"""What the scripts' data collators add to Transformers' own: a check of every batch's ids and labels on the CPU, and
-padding-free batches of sentences."""
+"""The scripts' collators: every batch's ids and labels checked on the CPU; padding-free batches of sentences."""
 
 import torch
 from transformers import DataCollatorWithFlattening
@@ -8,9 +7,8 @@ from .errors import ScriptError
 
 
 class CheckedCollator:
-    """`collator`, then a check of each batch on the CPU: its `input_ids` below `input_ids` (the vocabulary size) and
-    its integer `labels` below `labels` (the number of classes, or the vocabulary size), or -100. A bad id thus gives
-    this clear error on every device (an accelerator fails with a device-side assert), at no synchronisation."""
+    """`collator`, then each batch's integer ids checked below their `limits` (or -100) on the CPU: the same clear error
+    on every device (an accelerator fails with a device-side assert)."""
 
     ADVICE = {
         "input_ids": "the tokenizer does not match the model's vocabulary (vocab_size); use the model's tokenizer.",
@@ -35,9 +33,7 @@ class CheckedCollator:
 
 
 class SentenceFlattening(DataCollatorWithFlattening):
-    """Transformers' padding-free collator for sentence-level tasks: every example's tokens in one row, positions
-    restarting at 0 for each (the stock collator), with their `token_type_ids` (which it drops) and one label per
-    example (it takes labels for tokens). The model pools each sequence apart: one output per example."""
+    """Transformers' padding-free collator for sentence-level tasks: also `token_type_ids`, and one label per example."""
 
     def __call__(self, features, return_tensors=None, separator_id=None):
         batch = super().__call__([{"input_ids": f["input_ids"]} for f in features], return_tensors, separator_id)

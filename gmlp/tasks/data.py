@@ -1,5 +1,4 @@
-"""Reading the data, with clear errors: local files of one format (the extension names it), Hub datasets or folders
-saved by `save_to_disk`, the columns a script needs, and the splits a flag needs."""
+"""Reading the data with clear errors: local files, Hub datasets or `save_to_disk` folders, columns and splits."""
 
 import csv
 import itertools
@@ -23,8 +22,7 @@ def check_text(path: str, what: str) -> None:
 
 
 def load_data_files(data_files: dict, *, cache_dir: str | None = None, streaming: bool = False, **read_kwargs):
-    """A `DatasetDict` (with `streaming`, read as it goes) from local files, `{split: path}`, all of one format, which
-    the extension names (`DATA_FILE_BUILDERS`; .txt gives a "text" column, a line each). `read_kwargs` go to it."""
+    """A `DatasetDict` (or, `streaming`, an `IterableDatasetDict`) of local files of one format, `{split: path}`."""
     extensions = set()
     for split, path in data_files.items():
         if not os.path.isfile(path):
@@ -59,9 +57,8 @@ def load_data_files(data_files: dict, *, cache_dir: str | None = None, streaming
 
 
 def load_hub_dataset(data_args, model_args, config_name: str | None = None, **kwargs):
-    """`--dataset_name` from the Hub (or the `datasets` cache), in the configuration `config_name` (else
-    `--dataset_config_name`), or a folder written by `save_to_disk`, whose splits are used as they are; an error
-    saying what to do when it is none of these, offline ones included. `kwargs` go to `datasets.load_dataset`."""
+    """`--dataset_name` from the Hub (or its cache), in `config_name` (else `--dataset_config_name`), or from a folder
+    written by `save_to_disk`."""
     name = data_args.dataset_name
     if os.path.isfile(os.path.join(name, "dataset_dict.json")):
         return datasets.load_from_disk(name)
@@ -78,7 +75,7 @@ def load_hub_dataset(data_args, model_args, config_name: str | None = None, **kw
 
 
 def require_columns(dataset, columns, source: str, hint: str = "Rename the columns in the file.") -> None:
-    """An error naming the `columns` that `dataset` (read from `source`) lacks, and `hint`."""
+    """An error naming the `columns` that `dataset` (read from `source`) lacks."""
     if missing := [column for column in columns if column not in dataset.column_names]:
         raise ScriptError(f"{source} has no column(s) {missing} (its columns: {dataset.column_names}). {hint}")
 
@@ -88,23 +85,15 @@ def is_text(feature) -> bool:
     return getattr(feature, "dtype", None) in ("string", "large_string")
 
 
-LIMITS = {
-    "--do_train": "--max_train_samples",
-    "--do_eval": "--max_eval_samples",
-    "--do_predict": "--max_predict_samples",
-}
-
-
 def take_split(data, split: str, flag: str, max_samples: int | None = None, *, source_flag: str | None = None):
-    """The first `max_samples` examples of `data[split]` (all when None); an error when there are none (`flag` needs
-    them; `source_flag`, the option that gives them, is named), rather than once the split is used, maybe after
-    training."""
+    """The first `max_samples` examples of `data[split]` (all when None); an error now, not after training, if none."""
     if split not in data and source_flag:
         raise ScriptError(f"{flag} needs {split} data: pass {source_flag} (the data has {list(data) or 'none'}).")
     if split not in data:
         raise ScriptError(f"{flag} needs {split} data; the data has {list(data) or 'none'}.")
     if max_samples is not None and max_samples < 1:
-        raise ScriptError(f"{flag}: {LIMITS[flag]} {max_samples} keeps no example; pass at least 1.")
+        limit = flag.replace("--do_", "--max_") + "_samples"
+        raise ScriptError(f"{flag}: {limit} {max_samples} keeps no example; pass at least 1.")
     if isinstance(data[split], datasets.IterableDataset):  # a stream, which cannot be counted ahead
         return data[split] if max_samples is None else data[split].take(max_samples)
     if len(data[split]) == 0:

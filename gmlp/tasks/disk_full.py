@@ -1,5 +1,4 @@
-"""A full disk while a run saves: an error that says so, naming the folder and the space a checkpoint needs, with the
-checkpoint it left half written removed (a resume would skip it anyway)."""
+"""A full disk while a run saves: an error naming the folder and the space a checkpoint needs."""
 
 import contextlib
 import errno
@@ -10,15 +9,13 @@ from pathlib import Path
 from .checkpoints import checkpoint_folders, checkpoint_problem
 from .errors import ScriptError
 
-# Where the Trainer saves (and `RunSettings` records) a checkpoint or the model: an error raised inside one of these
-# was raised while saving.
+# Where the Trainer saves (and `RunSettings` records) a checkpoint or the model.
 SAVING = {"_save_checkpoint", "save_model", "on_save"}
 
 
 @contextlib.contextmanager
 def disk_full_explained(trainer):
-    """Training and saving with `trainer` inside, where a full disk while saving (which torch reports as e.g.
-    `basic_ios::clear: iostream error`) becomes a `ScriptError` that says so."""
+    """A full disk while `trainer` saves (torch says e.g. `basic_ios::clear: iostream error`) as a `ScriptError`."""
     try:
         yield
     except Exception as error:
@@ -28,15 +25,13 @@ def disk_full_explained(trainer):
 
 
 def disk_full_error(trainer, error: Exception) -> ScriptError | None:
-    """The error to raise for `error` if it was raised while `trainer` saved and the disk is full (no space left, or
-    less than a checkpoint needs), after removing the partial checkpoint; else None."""
+    """The error for `error` if raised while `trainer` saved to a full disk (the partial checkpoint removed), else None."""
     frames = {frame.f_code.co_name for frame, _ in traceback.walk_tb(error.__traceback__)}
     if not frames & SAVING:
         return None
     output_dir = Path(trainer.args.output_dir)
     partial = output_dir / f"checkpoint-{trainer.state.global_step}"
-    # The final `save_model` writes into the output directory; a checkpoint is saved (and its settings recorded) by
-    # the others, and lacks what failed to be written even where the files a resume needs are all there.
+    # The final `save_model` writes into the output directory, the others a checkpoint (incomplete, whatever it holds).
     saving_checkpoint = partial.is_dir() and bool(frames & {"_save_checkpoint", "on_save"})
     complete = [path for path in checkpoint_folders(output_dir) if checkpoint_problem(path) is None]
     complete = [path for path in complete if not (saving_checkpoint and path == partial)]
@@ -57,7 +52,7 @@ def disk_full_error(trainer, error: Exception) -> ScriptError | None:
 
 
 def no_space_left(error: BaseException | None) -> bool:
-    """Whether `error`, or an error it was raised from, is the operating system's "no space left on device"."""
+    """Whether `error`, or one it was raised from, is the operating system's "no space left on device"."""
     while error is not None:
         if isinstance(error, OSError) and error.errno == errno.ENOSPC:
             return True
@@ -66,12 +61,11 @@ def no_space_left(error: BaseException | None) -> bool:
 
 
 def folder_size(folder: Path) -> int:
-    """The bytes of the files in `folder` and below."""
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
 def state_size(trainer) -> int:
-    """The bytes of `trainer`'s model weights and optimizer state: about what its checkpoints take."""
+    """The bytes of `trainer`'s weights and optimizer state: about what a checkpoint takes."""
     tensors = list(trainer.model.state_dict().values())
     if trainer.optimizer is not None:
         tensors += [value for state in trainer.optimizer.state_dict()["state"].values() for value in state.values()]

@@ -1,7 +1,5 @@
-"""The scripts' one error path for users: a `ScriptError` for every user mistake, printed by the script's `main` as one
-`error: ...` line on stderr with exit code 2, as argparse does, without a traceback. Any other exception is a bug (ours
-or a library's) and keeps its traceback. Under several processes each process that meets the mistake prints its line:
-a check that fails on one node only (its own disk) is seen too."""
+"""The scripts' one error path for users: a `ScriptError`, printed by `main` as one `error: ...` line with exit code 2;
+any other exception is a bug and keeps its traceback."""
 
 import sys
 from collections.abc import Callable
@@ -12,8 +10,7 @@ class ScriptError(ValueError):
 
 
 def script_main(run: Callable[[list[str]], object]) -> Callable[[list[str] | None], None]:
-    """A script's command-line entry: `run` on `argv` (by default the command line's arguments), a `ScriptError`
-    ending it with its message as one `error: ...` line on stderr and exit code 2."""
+    """A script's command-line entry: `run` on `argv` (default: the command line), a `ScriptError` as one line."""
 
     def main(argv: list[str] | None = None) -> None:
         try:

@@ -1,6 +1,5 @@
-"""What the scripts' evaluation reports through the Trainer: the loss averaged over every labelled item of the whole
-evaluation set (each masked token, each example), whatever the batch size and the number of processes, beside each
-script's scores."""
+"""The scripts' evaluation: the loss averaged over every labelled item of the evaluation set (whatever the batch size
+and the number of processes), beside each script's scores."""
 
 import math
 from collections.abc import Callable
@@ -15,9 +14,7 @@ TOKEN_LEVEL = "token_classification"
 
 
 def item_losses(logits: torch.Tensor, labels: torch.Tensor, problem_type: str) -> torch.Tensor:
-    """The loss of each labelled item, as the model's loss averages them: per token for `TOKEN_LEVEL` (0 where the
-    label is -100), else per example, for the config's `problem_type` (regression: squared error; multi-label: binary
-    cross-entropy, averaged over the labels; else cross-entropy)."""
+    """The loss of each labelled item as the model's loss averages them: per token (`TOKEN_LEVEL`), else per example."""
     logits = logits.float()
     if problem_type == TOKEN_LEVEL:
         flat = F.cross_entropy(logits.flatten(0, -2), labels.flatten(), reduction="none", ignore_index=-100)
@@ -32,12 +29,8 @@ def item_losses(logits: torch.Tensor, labels: torch.Tensor, problem_type: str) -
 
 @dataclass
 class Evaluation:
-    """`preprocess_logits_for_metrics` and `compute_metrics` for the Trainer of a model trained on `problem_type`.
-    What `keep` takes of each batch's logits (all of them by default) and each labelled item's loss go through the
-    Trainer's evaluation loop, which gathers them across processes with every example once; `compute_metrics` then
-    reports their mean as `loss` (in place of the Trainer's own `eval_loss`, a mean of per-batch means, which moves
-    with the batch size and the number of processes), the script's `scores` (named `score_names`) of the kept
-    predictions and the labels, and with `perplexity`, exp(loss)."""
+    """The Trainer's `preprocess_logits_for_metrics` and `compute_metrics`: the item losses' mean as `loss` (the
+    Trainer's `eval_loss`, a mean of per-batch means, moves with the batch size), the `scores`, perplexity if asked."""
 
     problem_type: str
     scores: Callable[[np.ndarray, np.ndarray], dict]
@@ -47,7 +40,6 @@ class Evaluation:
 
     @property
     def metric_names(self) -> tuple[str, ...]:
-        """The metrics evaluation reports (without the Trainer's `eval_` prefix)."""
         return ("loss", *self.score_names, *(("perplexity",) if self.perplexity else ()))
 
     def preprocess_logits_for_metrics(self, logits, labels):

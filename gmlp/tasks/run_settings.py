@@ -1,5 +1,4 @@
-"""The settings of a run that shape its training, recorded in every checkpoint it saves, so that a resume can say how
-the run that wrote its checkpoint differed."""
+"""The settings that shape a run's training, recorded in each checkpoint so that a resume can say what differs."""
 
 import json
 import logging
@@ -12,8 +11,7 @@ from transformers import TrainerCallback, TrainingArguments
 
 logger = logging.getLogger(__name__)
 
-# Settings that may change when a run is resumed without changing what it trains: where and how often it reports,
-# saves and evaluates, and how long it goes on.
+# Settings a resume may change without changing what it trains.
 BOOKKEEPING = re.compile(
     r"eval|predict|test|log|hub|report|save|^do_|output_dir|resume|run_name|max_steps|epochs|^token$|cache"
 )
@@ -49,8 +47,7 @@ class RunSettings(TrainerCallback):
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """`path` with `text`, written under a temporary name and then renamed: a run killed meanwhile leaves no file cut
-    short (a resume would read it), only the temporary one."""
+    """`path` with `text`, written under a temporary name then renamed: a killed run leaves no file cut short."""
     partial = path.with_name(f".{path.name}.partial")
     partial.write_text(text, encoding="utf-8")
     os.replace(partial, path)

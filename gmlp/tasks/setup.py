@@ -1,6 +1,4 @@
-"""The side effects of starting a run, as steps the scripts call in order: `set_environment` (what Accelerate reads
-when the arguments are parsed), `start_logging`, and, once the checks have passed, `prepare_run`: the seed, compiling,
-and an output directory emptied of an earlier run with `--overwrite_output_dir`."""
+"""The side effects of starting a run, in order: `set_environment`, `start_logging`, and after the checks `prepare_run`."""
 
 import logging
 import os
@@ -20,15 +18,13 @@ REGIONAL = "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"
 
 
 def set_environment() -> None:
-    """Before the arguments are parsed: under torchrun without GPUs, Transformers runs data-parallel (gloo) only when
-    told to use the CPU."""
+    """Before parsing: under torchrun without GPUs, Transformers runs data-parallel (gloo) only if told to use the CPU."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
 
 
 def start_logging(training_args) -> None:
-    """Log to stdout at the Trainer's per-process level (info on the main process, warnings on the others), starting
-    with the process's place in the run."""
+    """Log to stdout at the Trainer's per-process level, starting with the process's place in the run."""
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", stream=sys.stdout)
     level = training_args.get_process_log_level()
     for name in ("gmlp", "__main__"):
@@ -38,21 +34,18 @@ def start_logging(training_args) -> None:
     transformers.utils.logging.enable_explicit_format()
     args = training_args
     logger.warning(f"Process rank: {args.process_index}, device: {args.device}, world size: {args.world_size}")
+    # What `accelerate launch --num_processes N` leaves when it starts one process: a rendezvous address, no WORLD_SIZE.
     if args.world_size == 1 and "MASTER_ADDR" in os.environ and "ACCELERATE_MIXED_PRECISION" in os.environ:
-        # What `accelerate launch --num_processes N` leaves when it starts one process (its --cpu, or a config that
-        # is not multi-GPU): the rendezvous address of N processes, and none of torchrun's WORLD_SIZE.
         logger.warning(
             "accelerate launch was asked for several processes but started one (world size 1): with --cpu, or a config whose distributed_type is not MULTI_GPU, it runs a single process. On the CPU, start N processes with `accelerate launch --multi_gpu --num_processes N` (gloo) or `torchrun --nproc_per_node N`."
         )
 
 
 def prepare_run(training_args, data_args=None) -> None:
-    """The seed; with `--torch_compile`, each block compiled once and (`data_args`) every example padded to one
-    length; with `--overwrite_output_dir`, the earlier run's results and checkpoints removed (by the first process)."""
+    """The seed; `--torch_compile`'s regional compiling and padding; `--overwrite_output_dir`'s earlier run removed."""
     transformers.set_seed(training_args.seed)
     if training_args.torch_compile and REGIONAL not in os.environ:
-        # Accelerate then compiles one block and reuses its code for the others; the whole model compiled unrolls all
-        # of them into one graph, whose compiling grows with the depth (docs/benchmarks.md, "Compile once").
+        # Compiling the whole model grows with the depth (docs/benchmarks.md, "Compile once").
         os.environ[REGIONAL] = "true"
         logger.warning(f"--torch_compile: compiling each block once ({REGIONAL}=false compiles the whole model).")
     padding_free = getattr(data_args, "padding_free", False)  # no padding to add: the rows' lengths vary anyway

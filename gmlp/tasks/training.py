@@ -1,5 +1,4 @@
-"""A run's training and its results: train (resuming if asked) and save, then log and write the metrics and the
-predictions."""
+"""Training (resuming if asked) and saving; the metrics and predictions written."""
 
 import math
 from pathlib import Path
@@ -10,8 +9,7 @@ from .run_settings import RunSettings
 
 
 def train_and_save(trainer, *, model_args, data_args, train_samples: int | None) -> None:
-    """Train (resuming if asked, recording the run's settings in its checkpoints), then save the model, the metrics
-    (`train_samples`: unknown for a stream) and the state."""
+    """Train (resuming if asked), then save the model, the metrics (`train_samples`: None for a stream) and the state."""
     settings = RunSettings(model_args, data_args, trainer.args)
     trainer.add_callback(settings)
     if checkpoint := resolve_checkpoint(trainer.args):
@@ -24,14 +22,13 @@ def train_and_save(trainer, *, model_args, data_args, train_samples: int | None)
 
 
 def record_metrics(trainer, split: str, metrics: dict) -> None:
-    """Log `metrics` and merge them into `<split>_results.json` and `all_results.json` of the output directory (as
-    strict JSON: a metric that is no finite number, such as a diverged run's NaN loss, is null there)."""
+    """Log `metrics` and merge them into `<split>_results.json` and `all_results.json` (a NaN or inf as null)."""
     trainer.log_metrics(split, metrics)
     trainer.save_metrics(split, finite_or_null(metrics))
 
 
 def finite_or_null(value):
-    """`value` (a dict, list or number) with None for every float that is not finite (NaN, ±inf), which JSON lacks."""
+    """`value` (a dict, list or number) with None for every non-finite float, which strict JSON lacks."""
     if isinstance(value, dict):
         return {key: finite_or_null(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
@@ -40,6 +37,6 @@ def finite_or_null(value):
 
 
 def write_predictions(path: str, columns: dict[str, list]) -> None:
-    """A predictions file: a header of `index` and the `columns`' names, then a row per example, tab-separated."""
+    """A tab-separated predictions file: `index` and the `columns`, a row per example."""
     rows = ["\t".join(map(str, (i, *row))) + "\n" for i, row in enumerate(zip(*columns.values()))]
     Path(path).write_text("\t".join(["index", *columns]) + "\n" + "".join(rows), encoding="utf-8")
