@@ -74,7 +74,7 @@ def checkpoint_problem(folder: Path) -> str | None:
 
 
 def resolve_checkpoint(training_args) -> str | None:
-    """`--resume_from_checkpoint`: a checkpoint, or a run directory's newest complete one (why newer ones are not, logged)."""
+    """`--resume_from_checkpoint`: a checkpoint, or the newest complete one of a run directory (logging why)."""
     path = training_args.resume_from_checkpoint
     if path is None:
         return None

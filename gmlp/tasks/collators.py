@@ -7,7 +7,7 @@ from .errors import ScriptError
 
 
 class CheckedCollator:
-    """`collator`, then each batch's integer ids checked below their `limits` (or -100) on the CPU: the same clear error
+    """`collator`, then the integer ids below their `limits` (or -100), checked on the CPU: the same clear error
     on every device (an accelerator fails with a device-side assert)."""
 
     ADVICE = {

@@ -2,7 +2,7 @@
 any other exception is a bug and keeps its traceback."""
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 
 class ScriptError(ValueError):
@@ -20,3 +20,9 @@ def script_main(run: Callable[[list[str]], object]) -> Callable[[list[str] | Non
             raise SystemExit(2) from None
 
     return main
+
+
+def first_few(items: Iterable, count: int = 3, separator: str = ", ") -> str:
+    """The first `count` of `items` for a message, then "..." if there are more."""
+    items = [str(item) for item in items]
+    return separator.join(items[:count] + ["..."] * (len(items) > count))

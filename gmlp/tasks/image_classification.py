@@ -1,5 +1,4 @@
-"""Pieces of `run_image_classification.py`: scikit-learn's digits, folders of images, the image processor for a gMLP
-vision config and the evaluation's metrics."""
+"""Data, image processor and metrics of `run_image_classification.py`."""
 
 import os
 from pathlib import Path
@@ -17,8 +16,7 @@ DIGITS = "sklearn-digits"
 
 
 def load_digits_dataset(validation_fraction: float = 0.2, seed: int = 0) -> datasets.DatasetDict:
-    """scikit-learn's 1,797 handwritten digits (8x8 pixels, 17 grey levels) as RGB images with a `ClassLabel`, split
-    into `train` and `validation` with the same share of every digit in both."""
+    """scikit-learn's 1,797 8x8 handwritten digits as RGB images, split into `train` and `validation` by digit."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -32,8 +30,7 @@ def load_digits_dataset(validation_fraction: float = 0.2, seed: int = 0) -> data
 
 
 def load_image_folder(folder: str, flag: str, split: str, cache_dir: str | None = None) -> datasets.Dataset:
-    """The images below `folder` (given as `flag`) as the `split` split, labelled by their class folders if they are
-    in some (one class folder is a label too); an error naming the flag and the folder when it holds no images."""
+    """The images below `folder` (given as `flag`) as the `split` split, labelled by their class folders if any."""
     if not os.path.isdir(folder):
         raise ScriptError(f"{flag} {folder}: no such folder.")
     if not any(path.suffix.lower() in ImageFolder.EXTENSIONS for path in Path(folder).rglob("*")):
@@ -46,15 +43,11 @@ def load_image_folder(folder: str, flag: str, split: str, cache_dir: str | None 
 
 
 def image_processor_for(config) -> ViTImageProcessorPil:
-    """ViT's image processor, resizing to the model's `image_size` (PIL backend: needs no torchvision; it saves as
-    `ViTImageProcessor`, which loads with either backend)."""
+    """ViT's image processor (PIL backend: no torchvision), resizing to the model's `image_size`."""
     return ViTImageProcessorPil(size={"height": config.image_size, "width": config.image_size})
 
 
 def image_evaluation() -> Evaluation:
-    """The evaluation's metrics: the loss, and the top-1 accuracy."""
-    return Evaluation(
-        "single_label_classification",
-        lambda logits, labels: accuracy(np.argmax(logits, axis=1), labels),
-        ("accuracy",),
-    )
+    """The loss and the top-1 accuracy."""
+    scores = lambda logits, labels: accuracy(np.argmax(logits, axis=1), labels)
+    return Evaluation("single_label_classification", scores, ("accuracy",))

@@ -7,7 +7,7 @@ import logging
 import datasets
 import pandas as pd
 
-from .errors import ScriptError
+from .errors import ScriptError, first_few
 
 logger = logging.getLogger(__name__)
 
@@ -97,9 +97,8 @@ def data_labels(dataset, source: str) -> tuple[tuple[str, ...] | None, bool]:
         names = tuple(sorted({str(label) for labels in dataset["label"] for label in labels}))
         if not names:
             raise ScriptError(f"{source}: every example's list of labels is empty; there is no label to learn.")
-        shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
         logger.warning(
-            f"{source}: its labels are lists, so the task is multi-label classification: each example has any number of the {len(names)} labels {shown}."
+            f"{source}: its labels are lists, so the task is multi-label classification: each example has any number of the {len(names)} labels {first_few(names, 6)}."
         )
         return names, True
     if dataset.features["label"].dtype.startswith("float"):
@@ -183,7 +182,6 @@ def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
         return not isinstance(value, list) and (value is None or pd.isna(value) or str(value).strip() == "")
 
     if rows := [i for i, value in enumerate(dataset["label"]) if blank(value)]:
-        shown = ", ".join(str(index) for index in rows[:5]) + (", ..." if len(rows) > 5 else "")
         raise ScriptError(
-            f"{source}: {len(rows)} example(s) have an empty label (example {shown}, counting from 0 after the header). Fill in or remove them."
+            f"{source}: {len(rows)} example(s) have an empty label (example {first_few(rows, 5)}, counting from 0 after the header). Fill in or remove them."
         )

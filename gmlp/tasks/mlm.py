@@ -1,5 +1,4 @@
-"""Masked-language-model data for `run_mlm.py`: the packaged default text, tokenization (line by line or in blocks),
-the tokenizer trained on the fly, the fixed evaluation mask, and the evaluation's metrics."""
+"""Masked-language-model data for `run_mlm.py`: tokenizing, the tokenizer trained on the fly, masks and metrics."""
 
 import dataclasses
 import logging
@@ -20,14 +19,12 @@ from .evaluation import TOKEN_LEVEL, Evaluation
 
 logger = logging.getLogger(__name__)
 
-# The Encyclopaedia Britannica 11th edition (1911, public domain) article "Shakespeare, William", about 31,700 words
-# of English prose; see data/README.md for its source and cleaning.
+# Encyclopaedia Britannica 1911's "Shakespeare, William" (public domain); data/README.md says how it was cleaned.
 DEFAULT_TRAIN_FILE = str(Path(__file__).parent / "data" / "eb1911_shakespeare.txt")
 
 
 def text_column_of(dataset, source: str = "The data") -> str:
-    """The column holding the text: "text" if there is one, else the first column (as in Transformers' run_mlm); an
-    error naming `source` if that column does not hold text."""
+    """The text column: "text" if there is one, else the first column (as in Transformers' run_mlm), checked."""
     if dataset.features is None:  # a stream whose columns are not declared yet (a text file's is "text")
         return "text"
     column = "text" if "text" in dataset.column_names else dataset.column_names[0]
@@ -38,8 +35,7 @@ def text_column_of(dataset, source: str = "The data") -> str:
 
 
 def train_or_load_tokenizer(raw_datasets, config, training_args):
-    """A WordPiece tokenizer of the config's size trained on the training text by the main process and saved to the
-    output directory, where the other processes load it, so that every process has the same vocabulary."""
+    """A WordPiece tokenizer of the config's size trained by the main process, saved, and loaded by the others."""
     if "train" not in raw_datasets:
         raise ScriptError("No tokenizer, and no training data to train one on: pass --tokenizer_name.")
     with training_args.main_process_first(desc="training the tokenizer"):
@@ -56,21 +52,18 @@ def train_or_load_tokenizer(raw_datasets, config, training_args):
 def tokenize_for_mlm(
     raw_datasets, tokenizer, max_seq_length, *, training_args, line_by_line=False, whole_word_mask=False, **options
 ):
-    """Token ids for MLM: each non-empty line cut to `max_seq_length` (`line_by_line`, logging how many tokens that
-    drops), or all the text joined and cut into blocks of `max_seq_length` tokens (the remainder of each 1,000 texts
-    dropped, as in Transformers' run_mlm). `options`: `num_proc`, `pad_to_max_length` (of lines), and `sources`,
-    each split's file, named in errors."""
+    """Token ids: each non-empty line cut to `max_seq_length` (`line_by_line`), or the text cut into blocks of it.
+    `options`: `num_proc`, `pad_to_max_length` and `sources` (each split's name in errors)."""
     sources = {name: f"The {name} data" for name in raw_datasets} | options.get("sources", {})
     split_name, split = next(iter(raw_datasets.items()))
     text_column = text_column_of(split, sources[split_name])
     streaming = isinstance(split, datasets.IterableDataset)
     map_kwargs = {} if streaming else {"num_proc": options.get("num_proc")}  # a stream's map takes no processes
-    # The special-tokens mask lets the collator skip [CLS]/[SEP] without recomputing it.
     outputs = {"return_special_tokens_mask": True, "return_offsets_mapping": whole_word_mask}
 
     def tokenize(examples):
         if not line_by_line:
-            # Cut into blocks next: Transformers' warning that a text is longer than model_max_length is false.
+            # Cut into blocks next: Transformers' warning of texts longer than model_max_length is false.
             return tokenizer(examples[text_column], verbose=False, **outputs)
         lines = [line for line in examples[text_column] if line and not line.isspace()]
         # The collator cannot pad offset mappings, so whole-word masking pads every line to max_seq_length here.
@@ -109,11 +102,8 @@ def tokenize_for_mlm(
 
 
 def with_fixed_mask(dataset, collator: "MaskedLMCollator", seed: int):
-    """`dataset` masked once by `collator`, with a generator seeded by `seed`: each example gets its masked
-    `input_ids` and its `labels`, so that every evaluation of every checkpoint scores the same masked positions (a
-    fresh random mask per evaluation moves the perplexity by several percent). `MaskedLMCollator` only pads them."""
+    """`dataset` masked once by `collator` seeded by `seed`, so that every evaluation scores the same positions."""
     masker = dataclasses.replace(collator, seed=seed, mask_seed=None, sparse_prediction=False, pad_to_multiple_of=None)
-    # One example at a time, in order, in this process: the masks depend only on the seed and the data.
     return dataset.map(
         lambda example: {key: value[0].tolist() for key, value in masker([example]).items()},
         remove_columns=[c for c in ("special_tokens_mask", "offset_mapping") if c in dataset.column_names],
@@ -124,12 +114,10 @@ def with_fixed_mask(dataset, collator: "MaskedLMCollator", seed: int):
 
 @dataclasses.dataclass
 class MaskedLMCollator(DataCollatorForLanguageModeling, TrainerCallback):
-    """Transformers' MLM collator, plus three things: examples that already carry `labels` (the fixed evaluation mask
-    of `with_fixed_mask`) are padded, not masked again; with `mask_seed`, each batch is masked by a generator seeded
-    from it, the epoch and the batch's tokens, so that a resumed run draws the masks the uninterrupted one drew
-    (torch's global random state, which masks would otherwise come from, is restored by the Trainer only after it has
-    collated the first resumed batch); and with `sparse_prediction`, every batch asks `GMLPForMaskedLM` for logits at
-    the masked positions only (in training; the same loss, faster). As a Trainer callback it counts the epochs."""
+    """Transformers' MLM collator; examples that carry `labels` (`with_fixed_mask`) are only padded; with `mask_seed`,
+    each batch's mask is seeded by it, the epoch (counted as a Trainer callback) and its tokens, so that a resumed run
+    draws the uninterrupted one's masks (the Trainer restores torch's random state too late); `sparse_prediction`
+    asks `GMLPForMaskedLM` for logits at the masked positions only."""
 
     sparse_prediction: bool = False
     mask_seed: int | None = None
@@ -157,14 +145,12 @@ class MaskedLMCollator(DataCollatorForLanguageModeling, TrainerCallback):
 
 
 def masked_token_evaluation() -> Evaluation:
-    """The evaluation's metrics: the loss over every masked token, its perplexity, and `masked_token_accuracy` (of
-    the predicted token ids only: the vocabulary's logits are not kept)."""
+    """The loss over every masked token, its perplexity, and the accuracy of the predicted token ids."""
     return Evaluation(
         TOKEN_LEVEL, masked_token_accuracy, ("accuracy",), keep=lambda logits: logits.argmax(dim=-1), perplexity=True
     )
 
 
 def masked_token_accuracy(predictions: np.ndarray, labels: np.ndarray) -> dict:
-    """Accuracy of the predicted token ids at the masked (labelled) positions."""
     masked = labels != -100
     return {"accuracy": float(np.mean(predictions[masked] == labels[masked]))}

@@ -34,7 +34,7 @@ def start_logging(training_args) -> None:
     transformers.utils.logging.enable_explicit_format()
     args = training_args
     logger.warning(f"Process rank: {args.process_index}, device: {args.device}, world size: {args.world_size}")
-    # What `accelerate launch --num_processes N` leaves when it starts one process: a rendezvous address, no WORLD_SIZE.
+    # What `accelerate launch --num_processes N` leaves when it starts one process: an address, no WORLD_SIZE.
     if args.world_size == 1 and "MASTER_ADDR" in os.environ and "ACCELERATE_MIXED_PRECISION" in os.environ:
         logger.warning(
             "accelerate launch was asked for several processes but started one (world size 1): with --cpu, or a config whose distributed_type is not MULTI_GPU, it runs a single process. On the CPU, start N processes with `accelerate launch --multi_gpu --num_processes N` (gloo) or `torchrun --nproc_per_node N`."

@@ -1,7 +1,8 @@
-"""SQuAD for `run_squad.py`: the official JSON files, questions checked and cut into windows of their context, start and
-end logits back into answers, and their scores, as Transformers' examples/pytorch/question-answering do."""
+"""SQuAD for `run_squad.py`: the official JSON files, questions checked and cut into windows, logits back into answers,
+and their scores, as Transformers' examples/pytorch/question-answering do."""
 
 import collections
+import contextlib
 import itertools
 import json
 import logging
@@ -13,21 +14,19 @@ import datasets
 import numpy as np
 
 from .data import check_text, load_data_files
-from .errors import ScriptError
+from .errors import ScriptError, first_few
 from .metrics import ANSWERS, squad_scores, squad_v2_scores
 from .training import finite_or_null
 
 logger = logging.getLogger(__name__)
 
-# The null odds of a question without any span to answer with (JSON has no Infinity): more than any real odds, so that
-# SQuAD 2.0's official script, reading null_odds.json as its --na-prob-file, ranks it first among the unanswered.
+# The null odds of a question without any span (JSON has no Infinity): SQuAD 2.0's script ranks it first.
 NO_SPAN_ODDS = sys.float_info.max
 SQUAD_FEATURES = datasets.Features(dict.fromkeys(["id", "title", "context", "question"], datasets.Value("string")))
 
 
 def load_squad_json(path: str, document=None) -> datasets.Dataset:
-    """The questions of an official SQuAD v1.1 / v2.0 JSON file (or of its parsed `document`), one row each, with
-    the Hub's `squad` columns; unanswerable (`is_impossible`) and unanswered questions get empty answers."""
+    """The questions of an official SQuAD JSON file (or its parsed `document`), with the Hub's `squad` columns."""
     if document is None:
         check_text(path, "The SQuAD file")
         document = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -51,10 +50,8 @@ def load_squad_files(data_files: dict[str, str], cache_dir: str | None = None) -
         document = None
         if path.lower().endswith(".json") and os.path.isfile(path):  # else `load_data_files` says what is wrong
             check_text(path, "The SQuAD file")
-            try:
+            with contextlib.suppress(json.JSONDecodeError):  # else JSON lines
                 document = json.loads(Path(path).read_text(encoding="utf-8"))
-            except json.JSONDecodeError:  # JSON lines, read below
-                pass
         if isinstance(document, dict):
             splits[split] = load_squad_json(path, document)
         else:
@@ -62,24 +59,16 @@ def load_squad_files(data_files: dict[str, str], cache_dir: str | None = None) -
     return datasets.DatasetDict(splits)
 
 
-def first_ids(ids: list[str]) -> str:
-    """The first three of `ids`, for a message."""
-    return ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
-
-
 def check_unique_ids(examples, source: str) -> None:
-    """An error naming the question ids that `examples` (read from `source`) repeat: answers are keyed by id, so two
-    questions of one id would be predicted as one, from both contexts at once, and scored against one answer."""
+    """An error naming the question ids that `examples` repeat (answers are matched to questions by id)."""
     if repeated := [qid for qid, count in collections.Counter(examples["id"]).items() if count > 1]:
         raise ScriptError(
-            f"{source}: {len(repeated)} question id(s) are used by more than one question ({first_ids(repeated)}). Answers are matched to questions by id: give every question its own id."
+            f"{source}: {len(repeated)} question id(s) are used by more than one question ({first_few(repeated)}). Answers are matched to questions by id: give every question its own id."
         )
 
 
 def check_training_answers(examples, source: str, *, version_2_with_negative: bool, skip: bool = False):
-    """`examples` whose answers all lie in their contexts (`context[start:start + len(text)] == text`): a shifted
-    `answer_start` would train on the wrong span without any error. An error names the bad questions' ids, or, with
-    `skip`, they are dropped and counted in the log. An empty answer list is only allowed in SQuAD 2.0."""
+    """`examples`, checked that their answers lie in their contexts (or with `skip`, without those that do not)."""
     bad, unanswered = {}, []
     for qid, context, answers in zip(examples["id"], examples["context"], examples["answers"]):
         if not answers["text"] and not version_2_with_negative:
@@ -91,9 +80,9 @@ def check_training_answers(examples, source: str, *, version_2_with_negative: bo
                 break
     if unanswered and not skip:
         raise ScriptError(
-            f"{source}: {len(unanswered)} of {len(examples)} training questions have no answer ({first_ids(unanswered)}), as SQuAD 2.0's unanswerable ones. Pass --version_2_with_negative to train on them as SQuAD 2.0 (--skip_invalid_answers would drop them all)."
+            f"{source}: {len(unanswered)} of {len(examples)} training questions have no answer ({first_few(unanswered)}), as SQuAD 2.0's unanswerable ones. Pass --version_2_with_negative to train on them as SQuAD 2.0 (--skip_invalid_answers would drop them all)."
         )
-    shown = "; ".join(f"{qid}: {reason}" for qid, reason in list(bad.items())[:3]) + ("; ..." if len(bad) > 3 else "")
+    shown = first_few((f"{qid}: {reason}" for qid, reason in bad.items()), separator="; ")
     if bad and not skip:
         raise ScriptError(
             f"{source}: {len(bad)} of {len(examples)} training questions have answers that do not match their contexts ({shown}). Fix answer_start, or pass --skip_invalid_answers."
@@ -106,10 +95,8 @@ def check_training_answers(examples, source: str, *, version_2_with_negative: bo
 
 
 def check_unanswered(examples, source: str, *, version_2_with_negative: bool, flag: str) -> None:
-    """An error when some questions of `examples` (read from `source`, for `flag`) have no answer, as SQuAD 2.0's
-    unanswerable ones, without `--version_2_with_negative`: scored as SQuAD v1.1 they would get no scores at all.
-    Questions that all lack answers are questions to predict, which `--do_predict` takes and `--do_eval` cannot
-    score."""
+    """An error when questions for `flag` have no answer without `--version_2_with_negative` (SQuAD v1.1 scores none);
+    `--do_predict` takes questions that all lack answers."""
     if version_2_with_negative or "answers" not in examples.column_names:
         return
     unanswered = [qid for qid, gold in zip(examples["id"], examples["answers"]) if not gold["text"]]
@@ -120,13 +107,12 @@ def check_unanswered(examples, source: str, *, version_2_with_negative: bool, fl
             f"{source}: none of its {len(examples)} questions has an answer, so {flag} has nothing to score against. For SQuAD 2.0 data pass --version_2_with_negative; to predict answers only, pass the questions as --test_file with --do_predict."
         )
     raise ScriptError(
-        f"{source}: {len(unanswered)} of {len(examples)} questions have no answer ({first_ids(unanswered)}), as SQuAD 2.0's unanswerable ones. Pass --version_2_with_negative to score them as SQuAD 2.0 ({flag} would score none of them as SQuAD v1.1)."
+        f"{source}: {len(unanswered)} of {len(examples)} questions have no answer ({first_few(unanswered)}), as SQuAD 2.0's unanswerable ones. Pass --version_2_with_negative to score them as SQuAD 2.0 ({flag} would score none of them as SQuAD v1.1)."
     )
 
 
 def tokenize_windows(examples, tokenizer, max_seq_length: int, doc_stride: int, pad_to_max_length: bool):
-    """Question/context pairs tokenized into windows of the context that overlap by `doc_stride` tokens; also the
-    context's segment index. An error when a question leaves no room for windows that advance."""
+    """Question/context pairs tokenized into windows overlapping by `doc_stride` tokens, and the context's segment."""
     pad_on_right = tokenizer.padding_side == "right"
     # Leading spaces in questions waste tokens and can push the context out of the window.
     questions = [question.lstrip() for question in examples["question"]]
@@ -145,8 +131,7 @@ def tokenize_windows(examples, tokenizer, max_seq_length: int, doc_stride: int, 
 
 
 def prepare_train_features(examples, tokenizer, max_seq_length, doc_stride, pad_to_max_length=False):
-    """Tokenized question/context windows with `start_positions`/`end_positions` of the answer's tokens; a window
-    without the answer (or an unanswerable question) points at [CLS] (index 0)."""
+    """Windows with the answer's `start_positions`/`end_positions`; [CLS] where the window lacks it."""
     tokenized, context_index = tokenize_windows(examples, tokenizer, max_seq_length, doc_stride, pad_to_max_length)
     sample_mapping = tokenized.pop("overflow_to_sample_mapping")
     tokenized["start_positions"], tokenized["end_positions"] = [], []
@@ -172,8 +157,7 @@ def prepare_train_features(examples, tokenizer, max_seq_length, doc_stride, pad_
 
 
 def prepare_validation_features(examples, tokenizer, max_seq_length, doc_stride, pad_to_max_length=False):
-    """Tokenized question/context windows for prediction, each with the `example_id` it came from and an
-    `offset_mapping` that is None outside the context (so that only context tokens can be predicted)."""
+    """Windows for prediction with their `example_id`, and an `offset_mapping` that is None outside the context."""
     tokenized, context_index = tokenize_windows(examples, tokenizer, max_seq_length, doc_stride, pad_to_max_length)
     tokenized["example_id"] = [examples["id"][sample] for sample in tokenized.pop("overflow_to_sample_mapping")]
     for i, offsets in enumerate(tokenized["offset_mapping"]):
@@ -186,11 +170,9 @@ def postprocess_qa_predictions(
     examples, features, predictions, *, version_2_with_negative=False, n_best_size=20, max_answer_length=30,
     null_score_diff_threshold=0.0, output_dir: str | None = None, prefix: str | None = None,
 ) -> dict[str, str]:  # fmt: skip
-    """The answer of every example: its best span over its features' `n_best_size` best starts and ends, at most
-    `max_answer_length` tokens long; with `version_2_with_negative`, no answer where the null score (start and end at
-    [CLS]) beats that span's by more than `null_score_diff_threshold`, or where there is no span (its null odds are
-    then NO_SPAN_ODDS). With `output_dir`, also written there as strict JSON (`[prefix_]predictions.json` in SQuAD's
-    official format, `nbest_predictions.json`, v2.0's `null_odds.json`)."""
+    """The answer of every example: its best span of at most `max_answer_length` tokens (with `version_2_with_negative`,
+    none where the null score beats it by more than `null_score_diff_threshold`); with `output_dir`, written there
+    (`[prefix_]predictions.json`, `nbest_predictions.json`, v2.0's `null_odds.json`)."""
     all_start_logits, all_end_logits = predictions
     features_per_example = collections.defaultdict(list)
     for i, example_id in enumerate(features["example_id"]):
@@ -200,9 +182,8 @@ def postprocess_qa_predictions(
     for example in examples:
         indices, candidates = features_per_example[example["id"]], []
         min_null_score = min(all_start_logits[i][0] + all_end_logits[i][0] for i in indices)  # start and end at [CLS]
-        for start_logits, end_logits, offsets in (
-            (all_start_logits[i], all_end_logits[i], all_offsets[i]) for i in indices
-        ):
+        for i in indices:
+            start_logits, end_logits, offsets = all_start_logits[i], all_end_logits[i], all_offsets[i]
             best = [np.argsort(logits)[-1 : -n_best_size - 1 : -1] for logits in (start_logits, end_logits)]
             for start, end in itertools.product(*best):
                 # Spans outside the context (offset None, or past the features' padding) or too long are skipped.
@@ -235,8 +216,7 @@ def postprocess_qa_predictions(
 
 
 def score_answers(answers: dict[str, str], examples, *, version_2_with_negative: bool) -> dict:
-    """SQuAD's (or with `version_2_with_negative`, SQuAD 2.0's) scores of `answers` against the gold answers of
-    `examples`; none when the questions have none (questions to predict only)."""
+    """SQuAD's (or SQuAD 2.0's) scores of `answers` against `examples`' gold answers; none when they have none."""
     if "answers" not in examples.column_names or not any(gold["text"] for gold in examples["answers"]):
         logger.info("The questions have no answers to score the predictions against.")
         return {}
