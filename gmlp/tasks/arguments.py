@@ -1,6 +1,5 @@
-"""Parsing, and nothing else: the dataclasses the scripts share, and the command line (flags, or a `.json` file of
-arguments then flags that override it) read into them. A flag that does not exist is an error naming what to pass,
-upstream flags that Transformers 5 renamed or removed included."""
+"""Parsing: the dataclasses the scripts share, and the command line (flags, or a `.json` file then flags) read into
+them; an unknown flag is an error naming what to pass instead."""
 
 import argparse
 import dataclasses
@@ -23,8 +22,7 @@ logger = logging.getLogger(__name__)
 # Metrics of which less is better, besides the losses (the Trainer assumes more is better for all other names).
 LOWER_IS_BETTER = ("perplexity",)
 
-# Flags of Transformers 4's `TrainingArguments` that version 5 renamed or removed, and flags of the upstream example
-# scripts that these scripts do not take: what to pass instead.
+# Flags of Transformers 4 or of the upstream example scripts that these scripts do not take: what to pass instead.
 DROP = "removed in Transformers 5: drop it"
 UPSTREAM_FLAGS = {
     "evaluation_strategy": "renamed --eval_strategy",
@@ -73,7 +71,7 @@ class ModelArguments:
     ignore_mismatched_sizes: bool = HfArg(default=False, help="A new head where the checkpoint's has another size.")
 
     def hub_kwargs(self) -> dict:
-        """The keyword arguments every `from_pretrained` call takes from these options."""
+        """The keyword arguments of every `from_pretrained` call."""
         names = ("cache_dir", "token", "trust_remote_code")
         return {"revision": self.model_revision} | {name: getattr(self, name) for name in names}
 
@@ -100,9 +98,8 @@ class TextDataArguments:
 
 @dataclass
 class AnyDeviceTrainingArguments(TrainingArguments):
-    """`TrainingArguments` with `--overwrite_output_dir` (gone from Transformers 5), that run `--bf16` on the CPU when
-    there is no accelerator (Transformers refuses it there unless `--use_cpu` is given too), and know that a lower
-    perplexity is better (for `--metric_for_best_model perplexity`)."""
+    """`TrainingArguments` with `--overwrite_output_dir` (gone from Transformers 5), `--bf16` on the CPU without an
+    accelerator, and a lower perplexity better."""
 
     overwrite_output_dir: bool = HfArg(default=False, help="Start afresh: remove --output_dir's results, checkpoints.")
 
@@ -118,9 +115,8 @@ class AnyDeviceTrainingArguments(TrainingArguments):
 
 
 def parse_arguments(*dataclass_types, argv: list[str]) -> tuple:
-    """`argv` as instances of `dataclass_types` (`TrainingArguments` stands for `AnyDeviceTrainingArguments`): flags,
-    or a `.json` file of arguments first, then flags, which win over the file's values. An error names each flag (or
-    key of the file) that no dataclass has, and what to pass; values that a dataclass refuses are an error too."""
+    """`argv` (flags, after an optional `.json` file whose values they override) as instances of `dataclass_types`
+    (`TrainingArguments` standing for `AnyDeviceTrainingArguments`)."""
     types = [AnyDeviceTrainingArguments if kind is TrainingArguments else kind for kind in dataclass_types]
     options = {field.name for kind in types for field in dataclasses.fields(kind) if field.init}
     from_file = {}
@@ -158,8 +154,7 @@ def read_json_arguments(path: str) -> dict:
 
 
 def unknown_options(names: list[str], options: set[str]) -> str:
-    """What to do about the option `names` (without `--`) that no dataclass has: each one's upstream replacement,
-    else the nearest option, if any."""
+    """What to do about the unknown option `names` (without `--`): an upstream flag's replacement, or the nearest."""
     problems = []
     for name in names:
         near = difflib.get_close_matches(name, options, n=1, cutoff=0.75)
@@ -169,8 +164,7 @@ def unknown_options(names: list[str], options: set[str]) -> str:
 
 
 def unknown_flags(arguments: list[str], options: set[str]) -> str:
-    """`unknown_options` for the command-line `arguments` that argparse left over (a value after an unknown flag is
-    its value; any other is a stray value, e.g. a `.json` file that is not the first argument)."""
+    """`unknown_options` for the `arguments` argparse left over, and the stray values among them."""
     flags = [argument.split("=")[0].lstrip("-") for argument in arguments if argument.startswith("-")]
     stray = [a for i, a in enumerate(arguments) if a[:1] != "-" and (i == 0 or arguments[i - 1][:1] != "-")]
     message = unknown_options(flags, options) if flags else ""

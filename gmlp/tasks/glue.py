@@ -1,6 +1,5 @@
-"""GLUE for `run_glue.py`: the tasks, their data (the Hub, GLUE's own folders, or custom files with their text columns),
-the metrics and the predictions. Every dataset it returns has the columns and label names of the Hub's `nyu-mll/glue`,
-whatever it was read from (a multi-label one: a multi-hot `label`)."""
+"""GLUE for `run_glue.py`: the tasks, their data (the Hub, GLUE's folders or custom files), metrics and predictions.
+Every dataset it returns has the columns and label names of the Hub's `nyu-mll/glue`."""
 
 import logging
 import os
@@ -21,8 +20,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TextClassificationTask:
-    """A text-classification (or regression) task: a GLUE task, with its Hub columns and labels and the fields of
-    GLUE's TSV files that hold them, or the user's own data (named "custom", which has no GLUE folder)."""
+    """A text-classification (or regression) task: a GLUE task, or the user's own data (named "custom", no folder)."""
 
     name: str
     text_columns: tuple[str, ...]  # Hub column names, e.g. ("sentence1", "sentence2")
@@ -41,7 +39,6 @@ class TextClassificationTask:
 
 
 PAIR = ("sentence1", "sentence2")
-# Each task: its name, Hub text columns and labels, folder in GLUE's layout, and TSV fields (texts, then label).
 GLUE_TASKS = {
     task.name: task
     for task in [
@@ -65,15 +62,14 @@ GLUE_TASKS = {
 
 
 def get_task(name: str) -> TextClassificationTask:
-    """The GLUE task `name` (case-insensitive: "sst2", "SST-2" and "sst-2" all work)."""
+    """The GLUE task `name` ("sst2", "SST-2" or "sst-2")."""
     if (key := name.lower().replace("-", "")) not in GLUE_TASKS:
         raise ScriptError(f"Unknown GLUE task {name!r}; choose one of {', '.join(GLUE_TASKS)}.")
     return GLUE_TASKS[key]
 
 
 def load_task(data_args, training_args, model_args, config) -> tuple[TextClassificationTask, datasets.DatasetDict]:
-    """The task and its splits: a GLUE task's (Hub or --glue_dir) with GLUE's label ids, local files' as read. A custom
-    task's labels are those of its first labelled file, or, with only a --test_file, the model's."""
+    """The task and its splits: a GLUE task's (Hub or --glue_dir), or local files' as read (labels not yet encoded)."""
     files, named = data_args.data_files(), data_args.text_columns()
     if not files:
         task = get_task(data_args.task_name)
@@ -100,8 +96,7 @@ def load_task(data_args, training_args, model_args, config) -> tuple[TextClassif
 
 
 def label_task_data(raw, task: TextClassificationTask, names: list[str] | None, files: dict) -> datasets.DatasetDict:
-    """The splits with their labels as the model's ids (of `names`): local files' encoded (an unknown label is an
-    error naming its row), a GLUE task's then aligned with the model's where its order differs from GLUE's."""
+    """The splits with their labels as the ids of the model's `names`: local files' encoded, then any order aligned."""
     if files:
         task = task if task.folder else replace(task, label_names=names and tuple(names))
         raw = datasets.DatasetDict({s: encode_task(raw[s], task, files[s], labelled=s != "test") for s in raw})
@@ -109,9 +104,8 @@ def label_task_data(raw, task: TextClassificationTask, names: list[str] | None, 
 
 
 def load_glue_dir(glue_dir: str, task: TextClassificationTask, splits) -> datasets.DatasetDict:
-    """The `splits` of `task` from a GLUE folder (`<glue_dir>/<folder>/{train,dev,test}.tsv`, GLUE's own layout), or
-    `.jsonl` files there with the Hub's columns (e.g. MNLI's `dev_matched.jsonl`). Test files have no labels: their
-    `label` is -1, as on the Hub."""
+    """The `splits` of `task` from GLUE's layout (`<glue_dir>/<folder>/{train,dev,test}.tsv`, or `.jsonl` files with the
+    Hub's columns); test files' `label` is -1, as on the Hub."""
     task_dir = os.path.join(glue_dir, task.folder)
     if not os.path.isdir(task_dir):
         raise ScriptError(
@@ -144,8 +138,7 @@ def load_glue_dir(glue_dir: str, task: TextClassificationTask, splits) -> datase
 
 
 def encode_task(dataset, task: TextClassificationTask, source: str, *, labelled=True, first_line=None):
-    """`dataset` with `task`'s Hub columns and features, its labels checked and encoded as the task's ids (-1, as on
-    the Hub, when not `labelled`; a multi-hot row for a multi-label task; `labels.encode_labels`)."""
+    """`dataset` with `task`'s Hub columns and features, its labels as ids (-1 when not `labelled`)."""
     columns = (*task.text_columns, "label") if labelled else task.text_columns
     require_columns(dataset, columns, f"{source} (--task_name {task.name})", hint=glue_file_hint(dataset, task))
     encoded = [[0.0] * len(task.label_names) if task.multi_label else -1] * len(dataset)
@@ -166,8 +159,7 @@ def encode_task(dataset, task: TextClassificationTask, source: str, *, labelled=
 
 
 def glue_file_hint(dataset, task: TextClassificationTask | None = None) -> str:
-    """What to do about a file without the expected columns: read it with --glue_dir if its header is that of one of
-    GLUE's own TSV files, else rename its columns."""
+    """What to do about a file without the expected columns: --glue_dir for GLUE's own TSV files, else renaming."""
     header = {column.lstrip("\ufeff") for column in dataset.column_names}
     for glue in [task] if task and task.tsv_fields else GLUE_TASKS.values():
         if set(glue.tsv_fields) <= header:
@@ -177,8 +169,7 @@ def glue_file_hint(dataset, task: TextClassificationTask | None = None) -> str:
 
 
 def custom_task(dataset, source: str, text_columns: tuple[str, ...] | None = None) -> TextClassificationTask:
-    """A task for a custom csv/json dataset: its text columns (`choose_text_columns`) and the labels its labels imply
-    (`labels.data_labels`: classes, several per example, or scores)."""
+    """A task for a custom dataset: its text columns and what its labels imply (classes, several per example, scores)."""
     require_columns(dataset, ["label"], source, hint=glue_file_hint(dataset))
     names, multi_label = labels.data_labels(dataset, source)
     columns = choose_text_columns(dataset, source, text_columns)
@@ -190,10 +181,8 @@ ID_COLUMN = re.compile(r"(id|idx|index|guid|uid|.*_id)", re.IGNORECASE)
 
 
 def choose_text_columns(dataset, source: str, named: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """The text columns of a custom dataset (read from `source`): those `named` (--text_column_names), which must
-    exist and hold text; else `sentence1` (and `sentence2`) if present; else the first one or two columns that hold
-    text and are neither the label nor an id (Transformers' run_glue takes the first two of any kind). The choice is
-    logged, as a warning where columns were left out."""
+    """The text columns of a custom dataset: those `named` (--text_column_names); else `sentence1` (and `sentence2`);
+    else the first one or two columns of text that are not ids (logged, a warning where some are left out)."""
     if named:
         require_columns(dataset, named, source, hint="Name the columns as in the file in --text_column_names.")
         if not_text := [column for column in named if not is_text(dataset.features[column])]:
@@ -221,7 +210,7 @@ def choose_text_columns(dataset, source: str, named: tuple[str, ...] | None = No
 
 
 def column_kind(dataset, column: str) -> str:
-    """What `column` holds, in words: why `choose_text_columns` did not read the text from it."""
+    """What `column` holds, in words: why `choose_text_columns` left it out."""
     if ID_COLUMN.fullmatch(column):
         return "an id"
     if not is_text(dataset.features[column]):
@@ -230,9 +219,7 @@ def column_kind(dataset, column: str) -> str:
 
 
 def glue_evaluation(task_name: str | None, task: TextClassificationTask, num_labels: int) -> Evaluation:
-    """The evaluation's metrics (`Evaluation`): the loss, and the scores of the GLUE task, or for custom data
-    Pearson/Spearman for regression, accuracy and F1 for two classes (of the model's `num_labels`), accuracy for more,
-    micro-F1 and the share of examples with all labels right for multi-label classification."""
+    """The loss and the GLUE task's scores; for custom data, those of the GLUE task of its kind (or multi-label's)."""
     if task.multi_label:
         scores = lambda logits, labels: multi_label_scores(logits > 0, labels)
         return Evaluation("multi_label_classification", scores, ("f1", "accuracy"))
@@ -247,8 +234,7 @@ def glue_evaluation(task_name: str | None, task: TextClassificationTask, num_lab
 
 
 def prediction_texts(logits: np.ndarray, task: TextClassificationTask, names: list[str] | None) -> list[str]:
-    """Each example's prediction as GLUE's submissions write it: its label (of `names`), or its score for
-    regression; for a multi-label task, its labels (those of positive logits) joined by commas."""
+    """Each prediction as GLUE's submissions write it: a label, a score, or (multi-label) labels joined by commas."""
     if task.is_regression:
         return [f"{score:.3f}" for score in np.atleast_1d(np.squeeze(logits))]
     if task.multi_label:

@@ -1,6 +1,4 @@
-"""Labels, all of them: a classifier's label names (a checkpoint's own, so that its ids keep their meaning, or the
-data's) and the config that says so; the task a custom dataset's labels imply (classes, several per example, or
-scores); and each split's labels checked and turned into the model's ids (text files, GLUE data, image folders)."""
+"""Labels: a classifier's label names and config, what a custom dataset's labels imply, and labels encoded as ids."""
 
 import logging
 
@@ -13,15 +11,12 @@ logger = logging.getLogger(__name__)
 
 
 def model_labels(config) -> list[str]:
-    """The label names of `config`, in id order."""
     return [config.id2label[i] for i in range(config.num_labels)]
 
 
 def choose_labels(config, names: list[str], *, model_args, source: str, training: bool) -> list[str]:
-    """The label names, in id order, of a classifier for data labelled `names`: a checkpoint's own label map when it
-    names its labels (so that its ids keep their meaning), else `names`. Labels the checkpoint does not know are an
-    error naming them, unless `--ignore_mismatched_sizes` asks for a new head with the data's labels in a run that
-    is `training` (a run that trains nothing would score or predict with an untrained head)."""
+    """The label names, in id order, for data labelled `names`: a checkpoint's own when it names them (its ids keep
+    their meaning), else `names`; new labels need `--ignore_mismatched_sizes` and `training`."""
     own = model_labels(config)
     if not model_args.model_name_or_path or own == [f"LABEL_{i}" for i in range(len(own))]:
         return list(names)
@@ -45,8 +40,7 @@ def choose_labels(config, names: list[str], *, model_args, source: str, training
 
 
 def set_labels(config, names: list[str] | None, *, multi_label: bool = False) -> None:
-    """Make `config` a classifier of the labels `names` (in id order; with `multi_label`, any number of them per
-    example), or a regression model (`names` None)."""
+    """Make `config` a classifier of the labels `names` (in id order), or a regression model (`names` None)."""
     if names is None:
         config.num_labels, config.problem_type = 1, "regression"
     else:
@@ -55,7 +49,7 @@ def set_labels(config, names: list[str] | None, *, multi_label: bool = False) ->
 
 
 def align_labels(raw: datasets.DatasetDict, names: list[str], column: str = "label") -> datasets.DatasetDict:
-    """`raw`, each split's labels (its `column`, a `ClassLabel`) changed to the ids of `names` where its differ."""
+    """`raw` with each split's `ClassLabel` `column` changed to the ids of `names` where they differ."""
     label2id = {name: i for i, name in enumerate(names)}
     for split, dataset in raw.items():
         if column in dataset.column_names and getattr(dataset.features[column], "names", names) != list(names):
@@ -64,8 +58,7 @@ def align_labels(raw: datasets.DatasetDict, names: list[str], column: str = "lab
 
 
 def label_images(raw: datasets.DatasetDict, column: str, config, *, model_args, training: bool) -> list[str]:
-    """The model's label names, in id order (`choose_labels`; `training`: whether the run trains), with every labelled
-    split's labels turned into those ids (an error names the labels the model does not know)."""
+    """The model's label names, in id order (`choose_labels`), with every labelled split's labels as their ids."""
     for split, dataset in raw.items():
         if column in dataset.column_names and not isinstance(dataset.features[column], datasets.ClassLabel):
             raw[split] = dataset.class_encode_column(column)
@@ -89,9 +82,7 @@ def label_images(raw: datasets.DatasetDict, column: str, config, *, model_args, 
 
 
 def data_labels(dataset, source: str) -> tuple[tuple[str, ...] | None, bool]:
-    """The labels of a custom dataset (read from `source`), and whether there are several per example: the distinct
-    labels, in order, as strings; lists of labels (logged) for multi-label classification; None (logged) for
-    labels with decimals, which make a regression task."""
+    """The distinct labels of a custom dataset as strings (None for decimals: regression), and whether they are lists."""
     check_no_blank_labels(dataset, source)
     if has_label_lists(dataset):
         names = tuple(sorted({str(label) for labels in dataset["label"] for label in labels}))
@@ -111,9 +102,7 @@ def data_labels(dataset, source: str) -> tuple[tuple[str, ...] | None, bool]:
 
 
 def encode_labels(dataset, task, source: str, first_line: int | None = None) -> list:
-    """The labels of `dataset` (read from `source`) as `task`'s targets (`encode_label`), checked first: lists only
-    for a multi-label task, none blank. An error names its row: by its line in `source` when `first_line` (that of
-    the first example) is given, else by its index."""
+    """The labels of `dataset` as `task`'s targets, checked; an error names its line (from `first_line`) or index."""
     check_labels_fit_task(dataset, task, source)
     check_no_blank_labels(dataset, source)
     where = f"{source}, line {{}}" if first_line is not None else f"{source}, example {{}}"
@@ -126,9 +115,7 @@ def encode_labels(dataset, task, source: str, first_line: int | None = None) -> 
 
 
 def encode_label(value, task, where: str) -> int | float | list[float]:
-    """`value` as the task's target: a label name, or an id as int or string, as its label id; a number, for
-    regression; a list of labels, for a multi-label task, as a multi-hot row. An error names `where` and the task's
-    labels for a label that is not one of them."""
+    """`value` as the task's target: a label id, a number (regression) or a multi-hot row (multi-label)."""
     if task.is_regression:
         try:
             return float(value)
@@ -143,7 +130,7 @@ def encode_label(value, task, where: str) -> int | float | list[float]:
 
 
 def class_id(value, task, where: str) -> int:
-    """The id of the label `value` (a name, or an id as int or string where the task allows ids)."""
+    """The id of the label `value`: a name, or an id as int or string where the task allows ids."""
     ids = {name.lower(): i for i, name in enumerate(task.label_names)}
     if task.ids_allowed:  # as numbers (1.0 == 1: a csv column of ids is read as floats when a cell is empty) or text
         ids |= {key: i for i in range(len(ids)) for key in (i, str(i))}
@@ -155,13 +142,11 @@ def class_id(value, task, where: str) -> int:
 
 
 def has_label_lists(dataset) -> bool:
-    """Whether `dataset`'s labels are lists (several labels per example, or none)."""
     return isinstance(dataset.features["label"], datasets.List | datasets.LargeList)
 
 
 def check_labels_fit_task(dataset, task, source: str) -> None:
-    """An error when `dataset` (read from `source`) has lists of labels for a task of one label per example, or
-    single labels for a multi-label task."""
+    """An error for lists of labels in a task of one label per example, or single labels in a multi-label task."""
     if has_label_lists(dataset) == task.multi_label:
         return
     if task.multi_label:
@@ -175,8 +160,7 @@ def check_labels_fit_task(dataset, task, source: str) -> None:
 
 
 def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
-    """An error naming the examples of `dataset` (read from `source`) whose label is empty (an empty list is no
-    blank: an example of a multi-label task may have no label)."""
+    """An error naming the examples whose label is empty (an empty list is allowed: multi-label)."""
 
     def blank(value) -> bool:
         return not isinstance(value, list) and (value is None or pd.isna(value) or str(value).strip() == "")

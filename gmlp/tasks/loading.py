@@ -1,5 +1,4 @@
-"""Loading what a run starts from, with clear errors: the config (a preset, a folder or a Hub id, then
-`--config_overrides`), the tokenizer and the model, and the sequence length (which the tokenizer then says)."""
+"""Loading what a run starts from, with clear errors: the config, the tokenizer, the model and the sequence length."""
 
 import difflib
 import json
@@ -21,8 +20,7 @@ logger = logging.getLogger(__name__)
 
 
 def from_name(load, name: str, option: str, presets=(), **kwargs):
-    """`load(name, **kwargs)` (a `from_pretrained`); a name that is no directory and not found on the Hub is an
-    error saying so, whether the Hub could be reached, and which presets there are."""
+    """`load(name, **kwargs)` (a `from_pretrained`), a name that is neither a directory nor on the Hub an error."""
     try:
         return load(name, **kwargs)
     except OSError as error:
@@ -72,7 +70,7 @@ def load_config(model_args, config_class=GMLPConfig, presets: dict = PRESETS):
 
 
 def json_value(text: str):
-    """`text` as a JSON number, `true`, `false` or `null`, else the string itself."""
+    """`text` as JSON (a number, `true`, `false`, `null`), else the string itself."""
     try:
         return json.loads(text)
     except ValueError:
@@ -89,9 +87,8 @@ def load_tokenizer(model_args, *, required: bool = True):
 
 
 def load_model(auto_class, model_args, config, tokenizer=None):
-    """`auto_class` (e.g. `AutoModelForMaskedLM`) from `--model_name_or_path`, or a new one from `config`; an error
-    naming the weights whose shapes differ from `config`'s (a head for other labels, a config overridden), and one
-    when `tokenizer` has more tokens than the model has embeddings (its ids past them have none)."""
+    """`auto_class` from `--model_name_or_path`, or new from `config`; errors for weights of other shapes than
+    `config`'s and for a `tokenizer` with more tokens than the model has embeddings."""
     name = model_args.model_name_or_path
     if name is None:
         logger.info("Training a new model from scratch")
@@ -126,18 +123,16 @@ def mismatched_weights(folder: str, auto_class, config) -> str:
     for path in files:
         with safe_open(str(path), framework="pt") as weights:
             found += [(key, tuple(weights.get_slice(key).get_shape())) for key in weights.keys()]  # noqa: SIM118
-    differ = [
+    differ = ", ".join(
         f"{key} {shape} (this run: {expected[key]})" for key, shape in found if expected.get(key, shape) != shape
-    ]
-    differ = ", ".join(differ)
+    )
     labels = f"; the data has {config.num_labels} labels" if "classifier" in differ else ""
     return f"its weights {differ} have other shapes than this run's model{labels}"
 
 
 def check_max_seq_length(max_seq_length: int | None, config, tokenizer) -> int:
-    """`max_seq_length`, or when not given the model's n, or the tokenizer's `model_max_length` if smaller (logged);
-    an error above n (W is n x n). It becomes the tokenizer's `model_max_length`: the tokenizer saved beside the model
-    says the length the model was trained at, never what the tokenizer it started from said."""
+    """`max_seq_length` (default: the model's n, or the tokenizer's `model_max_length` if smaller), at most n; it
+    becomes the tokenizer's `model_max_length`, so that the saved tokenizer says the length the model trained at."""
     n = config.max_position_embeddings
     if max_seq_length is None:
         max_seq_length = min(n, tokenizer.model_max_length)

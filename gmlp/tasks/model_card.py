@@ -1,5 +1,4 @@
-"""The model card (README.md) that the scripts write next to a checkpoint they trained and push to the Hub: what the
-model is, how to load it with `trust_remote_code=True`, what it was trained on, its results and settings."""
+"""The model card (README.md) the scripts write beside a model they trained: what it is, how to load it, its results."""
 
 import json
 import os
@@ -16,7 +15,7 @@ AUTO_CLASSES = {  # task -> the Auto class that loads such a checkpoint
 
 
 def is_hub_id(name: str | None) -> bool:
-    """Whether `name` looks like a Hub repository id (and not a local path)."""
+    """Whether `name` looks like a Hub repository id, not a local path."""
     return bool(name) and not os.path.exists(name) and re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) is not None
 
 
@@ -34,7 +33,7 @@ def architecture(config) -> str:
 
 
 def model_card(trainer, base_model: str | None, task: str, dataset: str | None) -> str:
-    """The card's text: YAML metadata, description, a loading snippet, the data, results and training settings."""
+    """The card's text: metadata, description, a loading snippet, results and training settings."""
     config, args, output_dir = trainer.model.config, trainer.args, Path(trainer.args.output_dir)
     repo_id, auto_class = args.hub_model_id or output_dir.resolve().name, AUTO_CLASSES[task]
     text = task != "image-classification"
@@ -76,8 +75,7 @@ def model_card(trainer, base_model: str | None, task: str, dataset: str | None) 
 
 
 def publish(trainer, base_model: str | None, task: str, dataset: str | None = None) -> None:
-    """Write the card of a run that trained (a run that did not saved no model to describe) through the Trainer's
-    `create_model_card`, which `--push_to_hub` calls before it pushes."""
+    """Write the card of a run that trained, as the Trainer's `create_model_card` (which `--push_to_hub` calls)."""
 
     def write_card(**_trainer_card_arguments):
         if trainer.is_world_process_zero() and trainer.args.do_train:

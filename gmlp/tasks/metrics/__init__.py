@@ -1,7 +1,5 @@
-"""The scores of GLUE and SQuAD (SQuAD's as its official evaluation scripts compute them), which the scripts call
-directly; and, over them, the Hub's `glue`, `squad` and `squad_v2` metrics offline: an `evaluate` script in each folder
-here, with the Hub's names, inputs, outputs and numbers, for whoever scores with `evaluate`'s interface
-(`load_metric`, or `evaluate.load` of the folder)."""
+"""The scores of GLUE and SQuAD (as SQuAD's official scripts compute them), which the scripts call directly; and the
+Hub's `glue`, `squad` and `squad_v2` metrics over them offline (`load_metric`, or `evaluate.load` of a folder)."""
 
 import re
 import string
@@ -22,16 +20,13 @@ SQUAD_REFERENCE = {"id": datasets.Value("string"), "answers": ANSWERS}
 
 
 def metric_path(name: str) -> str:
-    """The path of the metric script `name`, for `evaluate.load`."""
     if name not in METRIC_NAMES:
         raise ValueError(f"Unknown metric {name!r}: the package ships {list(METRIC_NAMES)}.")
     return str(Path(__file__).parent / name / f"{name}.py")
 
 
 def load_metric(name: str, config_name: str | None = None) -> evaluate.EvaluationModule:
-    """The packaged metric `name` (for "glue", a GLUE task as `config_name`), loaded by `evaluate` without the Hub.
-    Its script imports its scores from this module, so that `evaluate`'s interface and the scripts' direct calls give
-    the same numbers from one implementation."""
+    """The packaged metric `name` (for "glue", a GLUE task as `config_name`), loaded by `evaluate` without the Hub."""
     return evaluate.load(metric_path(name), config_name)
 
 
@@ -57,13 +52,12 @@ GLUE_METRICS = {
 
 
 def glue_scores(config_name: str, predictions, references) -> dict:
-    """The scores of the GLUE task `config_name` (`GLUE_METRICS`)."""
+    """The scores of the GLUE task `config_name`."""
     return {name: SCORES[name](predictions, references) for name in GLUE_METRICS[config_name]}
 
 
 def multi_label_scores(predictions, references) -> dict:
-    """Of multi-hot predictions against multi-hot references (an example's row holds a 1 for each of its labels):
-    F1 over every (example, label) pair (micro-averaged), and the share of examples whose labels are all right."""
+    """Micro-averaged F1 of multi-hot predictions, and the share of examples whose labels are all right."""
     predictions, references = np.asarray(predictions).astype(int), np.asarray(references).astype(int)
     return {
         "f1": float(f1_score(y_true=references, y_pred=predictions, average="micro", zero_division=0.0)),
@@ -78,8 +72,7 @@ def normalize_answer(text: str) -> str:
 
 
 def exact_and_f1(prediction: str, gold: str, empty_matches_empty: bool) -> tuple[int, float]:
-    """Whether the normalised texts are equal, and the F1 of their bags of tokens (with `empty_matches_empty`, as in
-    SQuAD v2.0, an empty answer has F1 1 against an empty one and 0 against any other)."""
+    """Whether the normalised texts are equal, and the F1 of their tokens (`empty_matches_empty`: SQuAD v2.0's)."""
     predicted, expected = normalize_answer(prediction).split(), normalize_answer(gold).split()
     if empty_matches_empty and not (predicted and expected):
         return int(predicted == expected), float(predicted == expected)
@@ -89,8 +82,7 @@ def exact_and_f1(prediction: str, gold: str, empty_matches_empty: bool) -> tuple
 
 
 def squad_scores(predictions: dict[str, str], references: list[dict]) -> dict:
-    """SQuAD v1.1's exact match and F1 in percent: each the best over a question's gold answers, averaged over the
-    questions (one without a prediction scores 0)."""
+    """SQuAD v1.1's exact match and F1 in percent, each the best over a question's gold answers."""
     exact = f1 = 0.0
     for reference in references:
         golds = reference["answers"]["text"]
@@ -103,9 +95,8 @@ def squad_scores(predictions: dict[str, str], references: list[dict]) -> dict:
 
 
 def squad_v2_scores(predictions: dict[str, str], no_answer: dict[str, float], references: list[dict], threshold=1.0):
-    """SQuAD v2.0's scores in percent: exact match and F1 over all questions and over the answerable (HasAns) and
-    unanswerable (NoAns) ones, a question whose no-answer probability exceeds `threshold` counting as abstaining; and
-    the best of each over all thresholds (best_exact, best_exact_thresh, best_f1, best_f1_thresh)."""
+    """SQuAD v2.0's scores in percent, overall, HasAns and NoAns (above `threshold` a question abstains), and the best
+    of each over all thresholds."""
     if missing := [reference["id"] for reference in references if reference["id"] not in predictions]:
         raise ValueError(f"No prediction for the questions {missing}: give one prediction per reference.")
     has_answer = {reference["id"]: bool(reference["answers"]["text"]) for reference in references}

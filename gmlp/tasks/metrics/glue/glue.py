@@ -3,7 +3,6 @@
 import datasets
 import evaluate
 
-# The scores live in the package, which the scripts call directly: one implementation for both.
 from gmlp.tasks.metrics import GLUE_METRICS, glue_scores
 
 
