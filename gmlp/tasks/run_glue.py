@@ -1,15 +1,15 @@
-"""Fine-tune gMLP/aMLP for sequence classification on a GLUE task (from the Hub or a local GLUE folder) or on
-your own csv/json files. Follows Transformers' examples/pytorch/text-classification/run_glue.py."""
+"""Fine-tune gMLP/aMLP for sequence classification on a GLUE task (from the Hub or a local GLUE folder) or on your own
+csv/json files. Follows Transformers' examples/pytorch/text-classification/run_glue.py."""
 
 import logging
 import os
 from dataclasses import dataclass
 
-from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
+from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer
 from transformers.hf_argparser import HfArg
 
 from gmlp.tasks import checks, data, glue, labels, loading, model_card, setup, training
-from gmlp.tasks.arguments import ModelArguments, TextDataArguments, parse_arguments
+from gmlp.tasks.arguments import TextDataArguments
 from gmlp.tasks.collators import CheckedCollator, SentenceFlattening
 from gmlp.tasks.errors import ScriptError, script_main
 
@@ -53,7 +53,6 @@ class DataTrainingArguments(TextDataArguments):
             )
 
     def text_columns(self) -> tuple[str, ...] | None:
-        """The columns of --text_column_names, if given."""
         if self.text_column_names is None:
             return None
         return tuple(column.strip() for column in self.text_column_names.split(",") if column.strip())
@@ -61,10 +60,7 @@ class DataTrainingArguments(TextDataArguments):
 
 def run(argv: list[str]) -> dict:
     """The script on the arguments `argv`: the metrics of its evaluation."""
-    setup.set_environment()
-    types = (ModelArguments, DataTrainingArguments, TrainingArguments)
-    model_args, data_args, training_args = parse_arguments(*types, argv=argv)
-    setup.start_logging(training_args)
+    model_args, data_args, training_args = setup.start(DataTrainingArguments, argv)
     checks.check_arguments(training_args, loads=[model_args.model_name_or_path, model_args.tokenizer_name])
     setup.prepare_run(training_args, data_args)
     config = loading.load_config(model_args)
@@ -76,10 +72,8 @@ def run(argv: list[str]) -> dict:
     task, raw = glue.load_task(data_args, training_args, model_args, config)
     names = None
     if not task.is_regression:
-        source, trains = (
-            data_args.train_file or data_args.validation_file or f"GLUE {task.name}",
-            training_args.do_train,
-        )
+        source = data_args.train_file or data_args.validation_file or f"GLUE {task.name}"
+        trains = training_args.do_train
         names = labels.choose_labels(config, task.label_names, model_args=model_args, source=source, training=trains)
     labels.set_labels(config, names, multi_label=task.multi_label)
     config.finetuning_task = data_args.task_name
@@ -105,8 +99,6 @@ def run(argv: list[str]) -> dict:
         eval_datasets[name] = data.take_split(encoded, name, "--do_eval", data_args.max_eval_samples)
     for name in task.test_splits if training_args.do_predict else ():
         test_datasets[name] = data.take_split(encoded, name, "--do_predict", data_args.max_predict_samples)
-    # The batches: padded to the longest example of each (or, --padding_free, every example's tokens in one row), then
-    # their ids and labels checked on the CPU.
     batching = SentenceFlattening() if data_args.padding_free else DataCollatorWithPadding(tokenizer)
     trainer = Trainer(
         model=model,
@@ -131,7 +123,7 @@ def run(argv: list[str]) -> dict:
         logits = trainer.predict(test_dataset.remove_columns("label"), metric_key_prefix="predict").predictions
         suffix = "-mm" if name.endswith("mismatched") else ""
         path = os.path.join(training_args.output_dir, f"predict_results_{data_args.task_name or 'custom'}{suffix}.txt")
-        if trainer.is_world_process_zero():  # GLUE's submission format: the label names, or the scores for regression
+        if trainer.is_world_process_zero():  # GLUE's submission format
             training.write_predictions(path, {"prediction": glue.prediction_texts(logits, task, names)})
             logger.info(f"Wrote the {name} predictions to {path}")
     dataset = f"GLUE {data_args.task_name.upper()}" if data_args.task_name else data_args.train_file

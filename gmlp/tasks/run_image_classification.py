@@ -1,23 +1,18 @@
-"""Train or fine-tune a gMLP image classifier (Section 3 of the paper) with the stock Trainer. Follows Transformers'
-examples/pytorch/image-classification/run_image_classification.py.
-
-Data: `--dataset_name sklearn-digits` (the default: scikit-learn's handwritten digits, offline), a Hub image
-dataset, or local folders of class folders (`--train_dir ... --validation_dir ...`, which alone are the data: the
-default is then `imagefolder`, never the digits)."""
+"""Train or fine-tune a gMLP image classifier (Section 3 of the paper) on scikit-learn's digits (the default), a Hub
+dataset or folders of class folders. Follows Transformers' examples/pytorch/image-classification/."""
 
 import logging
 import os
 from dataclasses import dataclass
 
 import datasets
-from transformers import AutoImageProcessor, AutoModelForImageClassification, Trainer, TrainingArguments
+from transformers import AutoImageProcessor, AutoModelForImageClassification, Trainer
 from transformers.data.data_collator import default_data_collator
 from transformers.hf_argparser import HfArg
 
 from gmlp.configuration_gmlp import VISION_PRESETS, GMLPVisionConfig
 from gmlp.tasks import checks, data, labels, loading, model_card, setup, training
 from gmlp.tasks import image_classification as images
-from gmlp.tasks.arguments import ModelArguments, parse_arguments
 from gmlp.tasks.collators import CheckedCollator
 from gmlp.tasks.errors import script_main
 
@@ -46,7 +41,7 @@ class DataTrainingArguments:
             self.dataset_name = "imagefolder" if self.folders() else images.DIGITS
 
     def folders(self) -> dict[str, tuple[str, str]]:
-        """The image folders given, by split: (their flag, the folder)."""
+        """The image folders given, by split: (flag, folder)."""
         flags = {"train": ("--train_dir", self.train_dir), "validation": ("--validation_dir", self.validation_dir)}
         flags["test"] = ("--test_dir", self.test_dir)
         return {split: (flag, folder) for split, (flag, folder) in flags.items() if folder}
@@ -76,15 +71,12 @@ def load_image_data(data_args: DataTrainingArguments, training_args, model_args)
 
 def run(argv: list[str]) -> dict:
     """The script on the arguments `argv`: the metrics of its evaluation."""
-    setup.set_environment()
-    types = (ModelArguments, DataTrainingArguments, TrainingArguments)
-    model_args, data_args, training_args = parse_arguments(*types, argv=argv)
-    setup.start_logging(training_args)
+    model_args, data_args, training_args = setup.start(DataTrainingArguments, argv)
     checks.check_arguments(training_args, loads=[model_args.model_name_or_path])
     evaluation = images.image_evaluation()
     checks.check_evaluation_arguments(training_args, evaluation.metric_names, script="run_image_classification.py")
     setup.prepare_run(training_args)
-    # The image column is only turned into pixel_values by the on-the-fly transform, so the Trainer must not drop it.
+    # The transform reads the image column, so the Trainer must not drop it.
     training_args.remove_unused_columns = False
     raw = load_image_data(data_args, training_args, model_args)
     config = loading.load_config(model_args, GMLPVisionConfig, VISION_PRESETS)

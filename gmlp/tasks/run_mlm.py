@@ -9,11 +9,11 @@ import shlex
 from dataclasses import dataclass
 
 import datasets
-from transformers import AutoModelForMaskedLM, AutoTokenizer, Trainer, TrainingArguments, pipeline
+from transformers import AutoModelForMaskedLM, AutoTokenizer, Trainer, pipeline
 from transformers.hf_argparser import HfArg
 
 from gmlp.tasks import checks, data, loading, mlm, model_card, setup, training
-from gmlp.tasks.arguments import ModelArguments, TextDataArguments, parse_arguments
+from gmlp.tasks.arguments import ModelArguments, TextDataArguments
 from gmlp.tasks.checkpoints import resolve_checkpoint
 from gmlp.tasks.collators import CheckedCollator
 from gmlp.tasks.errors import ScriptError, script_main
@@ -51,7 +51,7 @@ class DataTrainingArguments(TextDataArguments):
 
 
 def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArguments):
-    """The train/validation text, from the Hub or local files; a validation split is held out if there is none."""
+    """The train/validation text, from the Hub or local files; a validation split held out if there is none."""
     if data_args.dataset_name is not None:
         raw = data.load_hub_dataset(data_args, model_args, streaming=data_args.streaming)
     else:
@@ -68,7 +68,7 @@ def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArgumen
 
 
 def check_streaming(data_args: DataTrainingArguments, model_args: ModelArguments, training_args) -> None:
-    """What `--streaming` needs, checked before any data is read."""
+    """What `--streaming` needs, before any data is read."""
     if training_args.do_train and training_args.max_steps <= 0:
         raise ScriptError("--streaming needs --max_steps: a stream has no length to count epochs by.")
     if model_args.tokenizer_name is None and model_args.model_name_or_path is None:
@@ -84,10 +84,7 @@ def run(argv: list[str]) -> dict:
     if not argv:
         print("No arguments: running the offline demo, i.e.\n  python run_mlm.py " + shlex.join(DEMO_ARGS), flush=True)
         argv = DEMO_ARGS
-    setup.set_environment()
-    types = (ModelArguments, DataTrainingArguments, TrainingArguments)
-    model_args, data_args, training_args = parse_arguments(*types, argv=argv)
-    setup.start_logging(training_args)
+    model_args, data_args, training_args = setup.start(DataTrainingArguments, argv)
     loads = [model_args.model_name_or_path, model_args.tokenizer_name]
     checks.check_arguments(training_args, loads=loads, no_predict=NO_PREDICT)
     evaluation = mlm.masked_token_evaluation()

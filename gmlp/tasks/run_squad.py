@@ -4,11 +4,11 @@ files). Follows Transformers' examples/pytorch/question-answering/run_qa.py."""
 from dataclasses import dataclass
 
 import datasets
-from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, Trainer, TrainingArguments
+from transformers import AutoModelForQuestionAnswering, DataCollatorWithPadding, Trainer
 from transformers.hf_argparser import HfArg
 
 from gmlp.tasks import checks, data, loading, model_card, setup, squad, training
-from gmlp.tasks.arguments import ModelArguments, TextDataArguments, parse_arguments
+from gmlp.tasks.arguments import TextDataArguments
 from gmlp.tasks.collators import CheckedCollator
 from gmlp.tasks.errors import ScriptError, script_main
 
@@ -36,10 +36,7 @@ class DataTrainingArguments(TextDataArguments):
 
 def run(argv: list[str]) -> dict:
     """The script on the arguments `argv`: the metrics of its evaluation and prediction."""
-    setup.set_environment()
-    types = (ModelArguments, DataTrainingArguments, TrainingArguments)
-    model_args, data_args, training_args = parse_arguments(*types, argv=argv)
-    setup.start_logging(training_args)
+    model_args, data_args, training_args = setup.start(DataTrainingArguments, argv)
     checks.check_arguments(training_args, loads=[model_args.model_name_or_path, model_args.tokenizer_name])
     checks.check_no_evaluation_during_training(training_args, script="run_squad.py")
     setup.prepare_run(training_args, data_args)
@@ -81,8 +78,7 @@ def run(argv: list[str]) -> dict:
     if training_args.do_train:
         train_examples = questions("train", "--do_train", data_args.max_train_samples)
         train_dataset = features(train_examples, squad.prepare_train_features, "train")
-    # Read and cut into windows before training, so that a missing split or a bad question does not stop the run
-    # after it.
+    # Read and cut into windows before training, so that a missing split or a bad question stops the run before it.
     for prefix, split, flag, limit in (
         ("eval", "validation", "--do_eval", data_args.max_eval_samples),
         ("predict", "test", "--do_predict", data_args.max_predict_samples),
@@ -103,7 +99,6 @@ def run(argv: list[str]) -> dict:
     names = ("n_best_size", "max_answer_length", "null_score_diff_threshold")
     answering = {name: getattr(data_args, name) for name in names} | {"version_2_with_negative": version_2}
     for prefix, (examples, windows) in to_answer.items():
-        # The answers, written (`predictions.json`, ...; `<prefix>_predictions.json` but for eval) and scored.
         output = trainer.predict(windows.remove_columns(["example_id", "offset_mapping"]), metric_key_prefix=prefix)
         files = {"output_dir": training_args.output_dir if trainer.is_world_process_zero() else None}
         files["prefix"] = None if prefix == "eval" else prefix

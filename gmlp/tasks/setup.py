@@ -1,4 +1,5 @@
-"""The side effects of starting a run, in order: `set_environment`, `start_logging`, and after the checks `prepare_run`."""
+"""The side effects of starting a run: `start` (the environment, the arguments, logging), and after the checks
+`prepare_run`."""
 
 import logging
 import os
@@ -9,12 +10,21 @@ import datasets
 import torch
 import transformers
 
+from .arguments import ModelArguments, parse_arguments
 from .checkpoints import earlier_run
 
 logger = logging.getLogger(__name__)
 
 # Accelerate's switch for regional compilation, which the Trainer's `--torch_compile` goes through.
 REGIONAL = "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"
+
+
+def start(data_arguments: type, argv: list[str]) -> tuple:
+    """The environment set, `argv` parsed into the model's, `data_arguments` and the training arguments, logging on."""
+    set_environment()
+    parsed = parse_arguments(ModelArguments, data_arguments, transformers.TrainingArguments, argv=argv)
+    start_logging(parsed[-1])
+    return parsed
 
 
 def set_environment() -> None:
