@@ -52,8 +52,7 @@ def check_output_dir(training_args, loads: list[str]) -> None:
     """An `--output_dir` without another run's results or (training) checkpoints, unless `--overwrite_output_dir`."""
     (results, checkpoints), output_dir = earlier_run(training_args), training_args.output_dir
     if training_args.overwrite_output_dir:
-        loaded = [path for path in checkpoints if any(path.resolve() == Path(name).resolve() for name in loads)]
-        if loaded:
+        if loaded := [path for path in checkpoints if any(path.resolve() == Path(name).resolve() for name in loads)]:
             raise ScriptError(
                 f"--overwrite_output_dir would remove {loaded[0]}, which this run loads; choose another --output_dir."
             )

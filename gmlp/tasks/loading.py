@@ -1,5 +1,6 @@
 """Loading what a run starts from, with clear errors: the config, the tokenizer, the model and the sequence length."""
 
+import contextlib
 import difflib
 import json
 import logging
@@ -58,7 +59,9 @@ def load_config(model_args, config_class=GMLPConfig, presets: dict = PRESETS):
     unset = {key: value for key, value in pairs.items() if getattr(config, key, 0) is None}
     try:
         for key, value in unset.items():
-            setattr(config, key, json_value(value))
+            with contextlib.suppress(ValueError):  # a JSON number, true, false or null; else the string
+                value = json.loads(value)
+            setattr(config, key, value)
         if others := ",".join(f"{key}={value}" for key, value in pairs.items() if key not in unset):
             config.update_from_string(others)
         config.validate()
@@ -67,14 +70,6 @@ def load_config(model_args, config_class=GMLPConfig, presets: dict = PRESETS):
         raise ScriptError(f"--config_overrides {overrides!r}: {error.__cause__ or error}.{keys}") from None
     logger.info(f"Config after --config_overrides: {config}")
     return config
-
-
-def json_value(text: str):
-    """`text` as JSON (a number, `true`, `false`, `null`), else the string itself."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def load_tokenizer(model_args, *, required: bool = True):

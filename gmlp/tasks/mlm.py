@@ -16,6 +16,7 @@ from ..tokenization_gmlp import train_tokenizer
 from .data import is_text
 from .errors import ScriptError
 from .evaluation import TOKEN_LEVEL, Evaluation
+from .metrics import accuracy
 
 logger = logging.getLogger(__name__)
 
@@ -146,11 +147,5 @@ class MaskedLMCollator(DataCollatorForLanguageModeling, TrainerCallback):
 
 def masked_token_evaluation() -> Evaluation:
     """The loss over every masked token, its perplexity, and the accuracy of the predicted token ids."""
-    return Evaluation(
-        TOKEN_LEVEL, masked_token_accuracy, ("accuracy",), keep=lambda logits: logits.argmax(dim=-1), perplexity=True
-    )
-
-
-def masked_token_accuracy(predictions: np.ndarray, labels: np.ndarray) -> dict:
-    masked = labels != -100
-    return {"accuracy": float(np.mean(predictions[masked] == labels[masked]))}
+    scores = lambda predictions, labels: accuracy(predictions[labels != -100], labels[labels != -100])
+    return Evaluation(TOKEN_LEVEL, scores, ("accuracy",), keep=lambda logits: logits.argmax(dim=-1), perplexity=True)

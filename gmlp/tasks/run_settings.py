@@ -30,7 +30,10 @@ class RunSettings(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and checkpoint.is_dir():
-            write_atomically(checkpoint / "run_settings.json", json.dumps(self.settings, indent=1, sort_keys=True))
+            # Written under a temporary name, then renamed: a run killed meanwhile leaves no file cut short.
+            partial = checkpoint / ".run_settings.json.partial"
+            partial.write_text(json.dumps(self.settings, indent=1, sort_keys=True), encoding="utf-8")
+            os.replace(partial, checkpoint / "run_settings.json")
 
     def compare(self, checkpoint: str) -> None:
         """Log each setting in which the run that wrote `checkpoint` differs from this one."""
@@ -44,10 +47,3 @@ class RunSettings(TrainerCallback):
             logger.warning(
                 f"{checkpoint} was written by a run with other settings: {changed}. The optimizer and learning-rate schedule continue from the checkpoint's."
             )
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """`path` with `text`, written under a temporary name then renamed: a killed run leaves no file cut short."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)

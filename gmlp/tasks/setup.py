@@ -21,16 +21,12 @@ REGIONAL = "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"
 
 def start(data_arguments: type, argv: list[str]) -> tuple:
     """The environment set, `argv` parsed into the model's, `data_arguments` and the training arguments, logging on."""
-    set_environment()
+    # Under torchrun without GPUs, Transformers runs data-parallel (gloo) only when told to use the CPU.
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
+        os.environ.setdefault("ACCELERATE_USE_CPU", "true")
     parsed = parse_arguments(ModelArguments, data_arguments, transformers.TrainingArguments, argv=argv)
     start_logging(parsed[-1])
     return parsed
-
-
-def set_environment() -> None:
-    """Before parsing: under torchrun without GPUs, Transformers runs data-parallel (gloo) only if told to use the CPU."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
-        os.environ.setdefault("ACCELERATE_USE_CPU", "true")
 
 
 def start_logging(training_args) -> None:
