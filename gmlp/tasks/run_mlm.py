@@ -1,8 +1,6 @@
-"""Pretrain or fine-tune a gMLP/aMLP masked language model on a Hub dataset or local text files.
-
-With no arguments at all it runs the offline demo: gmlp-tiny pretrained for a few minutes on the English text that
-ships with the package (Encyclopaedia Britannica 1911, "Shakespeare"), saved to ./gmlp-tiny-mlm, then a fill-mask
-prediction. Follows Transformers' examples/pytorch/language-modeling/run_mlm.py."""
+"""Pretrain or fine-tune a gMLP/aMLP masked language model on a Hub dataset or local text files; with no arguments, the
+offline demo (gmlp-tiny pretrained on the packaged text, saved to ./gmlp-tiny-mlm, then a fill-mask prediction).
+Follows Transformers' examples/pytorch/language-modeling/run_mlm.py."""
 
 import logging
 import shlex
