@@ -8,8 +8,7 @@ from pathlib import Path
 
 from gmlp.tasks.checkpoints import checkpoint_folders, checkpoint_problem
 
-from .context import TRAIN_FILE, Context, MissingRun, pick, settings_key
-from .models import DROPOUT_VARIANTS
+from .context import DROPOUT_VARIANTS, TRAIN_FILE, Context, MissingRun, pick, settings_key
 
 RECIPE_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps")
 SEARCH_SCHEDULE = "constant_with_warmup"
