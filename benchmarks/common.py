@@ -104,9 +104,8 @@ def mlm_batch(
 def interleaved(
     steps: dict[str, Callable], rounds: int, min_run_time: float = 0.0, warmup: int = 1
 ) -> dict[str, list[float]]:
-    """Seconds per call of each step, after `warmup` calls of each, in `rounds` rounds that run every case in turn
-    (A B C A B C ...): each round's time is the median of one `Timer.blocked_autorange` (an untimed call sizes the
-    block, then at least `min_run_time` of timed calls, the device synchronised). Prints `Compare`'s table."""
+    """Seconds per call of each step in `rounds` rounds that run every case in turn (A B C A B C ...), each round's the
+    median of one `Timer.blocked_autorange` (at least `min_run_time` of timed calls); prints `Compare`'s table."""
     threads = torch.get_num_threads()
     timers = {
         name: Timer("step()", globals={"step": step}, num_threads=threads, sub_label=name, description="per call")

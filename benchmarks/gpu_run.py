@@ -4,8 +4,8 @@ with the machine's start, a quick rerun inside 15 minutes of device time (docs/t
     python3 benchmarks/gpu_run.py                        # with .whl/ (gpu_wheels.txt): every stage, into $OUT
     python3 benchmarks/gpu_run.py --quick --resume FILE  # a rerun in what is left, continuing its speed_gpu.json
 
-Each stage (STAGES) a subprocess under `timeout -s INT` in the time the later ones leave it; a failing stage is
-recorded and the run goes on. Rehearsed with `--device cpu`. Standard library only: it runs before the wheels install.
+Each stage (STAGES) a subprocess under `timeout -s INT`; a failing stage is recorded and the run goes on. Rehearsed
+with `--device cpu`. Standard library only: it runs before the wheels install.
 """
 
 import argparse

@@ -52,10 +52,8 @@ def dropout_of(config) -> float:
 
 
 def model_configs() -> dict:
-    """name -> config, at nearly equal parameter count. aMLP drops one block to pay for its tiny attention (as the
-    paper's aMLP-base has 36 blocks against gMLP-base's 48); BERT and ModernBERT have gMLP's width and depth, heads of
-    64 and the FFN width that matches the count; a dropout variant is its model with every pretraining dropout at
-    another value (the heads' own left alone)."""
+    """name -> config, at nearly equal parameter count: aMLP drops a block for its tiny attention (as aMLP-base has 36
+    to gMLP-base's 48), the transformers match by FFN width; a dropout variant changes every dropout but the heads'."""
     gmlp = GMLPConfig(**GMLP_TINY)
     target = config_parameters(gmlp)
     configs = {
@@ -72,9 +70,8 @@ def model_configs() -> dict:
 
 
 def table3_transformer_configs() -> dict:
-    """Table 3's Transformer rows at gMLP-tiny's parameter count: BERT and ModernBERT as in the other parts, and
-    stock DeBERTa-v2 with relative attention (content-to-position and position-to-content, 64 log buckets) and no
-    absolute positions, as DeBERTa-v2 has them (its attention is eager only)."""
+    """Table 3's Transformer rows at gMLP-tiny's count: BERT and ModernBERT, and stock DeBERTa-v2 with its relative
+    attention (c2p and p2c, 64 log buckets) and no absolute positions (its attention is eager only)."""
     configs = model_configs()
     fields = {
         **common.transformer_shape(GMLP_TINY),
@@ -114,7 +111,7 @@ KEY_IGNORED_CONFIG_FIELDS = {
     *("transformers_version", "use_cache", "auto_map", "_name_or_path", "architectures", "dtype"),
     *("output_attentions", "output_hidden_states", "return_dict"),
     "recompute_gating",  # memory against time only: the same gradients (tests/model/test_modeling.py)
-    "sgu_kernel",  # how the same gating unit runs (Triton or PyTorch), tested equal (tests/model/test_paths_property.py)
+    "sgu_kernel",  # how the same gating unit runs (Triton or PyTorch), tested equal (tests/model/test_paths_property)
 }
 
 

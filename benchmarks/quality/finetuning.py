@@ -113,7 +113,7 @@ def finetune(ctx: Context, task: str, name: str, seed: int, learning_rate: float
 
 
 def recipe(name: str, task: str) -> dict:
-    """The task's fine-tuning recipe for the model beyond its rate: mean pooling on sentence pairs for gMLP and aMLP."""
+    """The task's fine-tuning recipe beyond the model's rate: mean pooling on sentence pairs for gMLP and aMLP."""
     return {"overrides": MEAN_POOLING} if name in ("gmlp", "amlp") and task == "mnli" else {}
 
 

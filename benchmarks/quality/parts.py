@@ -101,9 +101,8 @@ def sgu_recipe(ctx: Context, name: str) -> dict:
 
 
 def sgu_part(ctx: Context) -> dict:
-    """Table 3 at --sgu_steps, every seed: the SGU variants with gMLP's recipe (when gMLP is asked for), the split one
-    also widened to the others' size; the Transformer rows of the models asked for, each with its recipe model's
-    (DeBERTa-v2 comes with BERT). Per row: parameters, width and the seeds' validation and test perplexities."""
+    """Table 3 at --sgu_steps, every seed: the SGU variants with gMLP's recipe (when gMLP is asked for), and the
+    Transformer rows of the models asked for, each with its recipe model's (DeBERTa-v2 comes with BERT)."""
     recipe = ctx.available(sgu_recipe, ctx, "gmlp") if "gmlp" in ctx.models else None
     variants = context.sgu_configs() if recipe else {}
     transformers = context.table3_transformer_configs()
@@ -184,9 +183,8 @@ def at_step(curve: list, step: float) -> float:
 
 
 def derive(results: dict) -> dict:
-    """The figures the tables read off the curves, seed by seed: where each run first reaches half and a quarter of
-    the unigram perplexity, and (with the step times) each model's perplexity at the equal-time budget, the fastest
-    model's full run, interpolated at the step count that budget buys it."""
+    """Read off the curves, seed by seed: each run's first step at half and a quarter of the unigram perplexity, and
+    its perplexity at the equal-time budget (the fastest model's full run), interpolated at the steps it buys."""
     floor = results["pretrain_reference"]["unigram"]["valid"]["perplexity"]
     derived = {
         name: {

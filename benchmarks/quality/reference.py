@@ -73,8 +73,7 @@ def reference_part(ctx: Context) -> dict:
 
 
 def timers(ctx: Context, tokenizer, name: str, batches: list, evaluation: list):
-    """(one training step, one evaluation) of model `name` as run_mlm.py makes them: the Trainer's default fused
-    AdamW, gMLP's logits at masked positions only in training, full logits and their argmax in evaluation."""
+    """(a training step, an evaluation) of model `name` as run_mlm.py makes them (gMLP's logits sparse in training)."""
     torch.manual_seed(0)
     model = AutoModelForMaskedLM.from_config(ctx.configs[name])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)

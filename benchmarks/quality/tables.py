@@ -183,9 +183,8 @@ def change(curve: list, over: int) -> float:
 
 @section("Longer pretraining at a constant rate (seed 0)", "long", "pretrain_reference")
 def long(results: dict) -> str:
-    """One row per model: the validation perplexity at each multiple of the tables' step count, its change over the
-    last LONG_CHANGE_STEPS steps (or those past the tables' step count, if fewer), the first evaluation at or below a
-    quarter of the unigram perplexity, and the end's test perplexity; the unigram floor beside them."""
+    """Per model: the validation perplexity at each multiple of the tables' step count, its change over the last
+    LONG_CHANGE_STEPS steps (at most those past that count), where it leaves the plateau, the test perplexity."""
     floor, settings = results["pretrain_reference"]["unigram"], results["settings"]
     marks = range(settings["max_steps"], settings["long_steps"] + 1, settings["max_steps"])
     over = min(LONG_CHANGE_STEPS, settings["long_steps"] - settings["max_steps"])
@@ -286,9 +285,8 @@ def task_cell(rows: dict, name: str, key: str, scale: float) -> str:
 
 @section("Summary", "pretrain", "step_time", "pretrain_derived")
 def summary(results: dict) -> str:
-    """The README's table: per model, pretraining at equal steps and time, where each seed's curve leaves the plateau
-    (its first evaluation at or below half the unigram perplexity), and the fine-tuning means ("–" for the dropout
-    variants, which are pretrained only)."""
+    """The README's table: per model, pretraining at equal steps and time, where each seed leaves the plateau, and
+    the fine-tuning means ("–" for the dropout variants, which are pretrained only)."""
     derived = results["pretrain_derived"]
     tasks = results.get("finetune", {}).get("tasks", {})
     at_steps = f"valid ppl, {max(row['max_steps'] for row in results['pretrain'].values()):,} steps"

@@ -6,9 +6,8 @@ markdown tables out, the results as JSON with every round's time (docs/benchmark
     python -m benchmarks.speed --docs      # measuring nothing: results/speed_*.md, and the tables in the docs marked
                                            # as <!-- table FILE SECTION.TABLE --> ... <!-- end table -->
 
-Cases run interleaved (A B C A B C ...), each round timed by `torch.utils.benchmark.Timer.blocked_autorange`; tables
-give medians over rounds and paired ratios (the median of per-round ratios). On the CPU glibc's malloc is told to keep
-freed memory rather than fault an MLM step's logits back in every step (`--system-malloc`: its defaults).
+Cases run interleaved, each round timed by `Timer.blocked_autorange`; tables give medians over rounds and paired
+ratios. glibc's malloc is told to keep freed memory (`--system-malloc`: its defaults).
 """
 
 import argparse

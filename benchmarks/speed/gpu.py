@@ -1,9 +1,6 @@
 """The GPU section (docs/benchmarks.md#on-a-cuda-gpu): gMLP-base with its fused spatial gating unit, without it and
-with its activations kept, against BERT and ModernBERT (SDPA) at equal parameters and at their stock shapes, n = 512:
-MLM training and encoder inference, bf16 and fp32, eager, compiled (each block) and with max-autotune, each model at
-its largest batch; the FFT's cross-over; the profile by CUDA kernel. The parts (PARTS, by priority) run while their
-expected time fits before `--deadline-at`; a failing part is recorded and the next runs; `--gpu-resume` continues.
-"""
+with its activations kept, against BERT and ModernBERT at equal parameters and at their stock shapes. The parts
+(PARTS, by priority) run while their time fits before `--deadline-at`; a failing part is recorded, the next runs."""
 
 import json
 import sys
@@ -53,8 +50,10 @@ def plan(bench: Bench, size: str, kernels: list[str]) -> dict:
     plain = "gmlp (torch)" if "torch" in kernels else ours[-1]
     autotune = dict.fromkeys([ours[0], REFERENCE, MODERN], "compiled") | {plain: "max-autotune"}
 
+    timed = partial(gpu_parts.time_group, bench)
+
     def group(task, precision, mode, names):
-        return partial(gpu_parts.time_group, bench, task, precision, dict.fromkeys(names, mode))
+        return partial(timed, task, precision, dict.fromkeys(names, mode))
 
     return {
         "batches-bf16": partial(gpu_parts.find_batches, bench, "bf16", everyone),
@@ -64,9 +63,7 @@ def plan(bench: Bench, size: str, kernels: list[str]) -> dict:
         "inference-bf16-compiled": group("inference", "bf16", "compiled", inference),
         "fft-crossover": partial(gpu_parts.fft_crossover, bench, size, ours[0]),
         "profile-bf16": partial(gpu_parts.kernel_profile, bench, [*ours, REFERENCE]),
-        "training-bf16-max-autotune": partial(
-            gpu_parts.time_group, bench, "training", "bf16", autotune, record=[plain]
-        ),
+        "training-bf16-max-autotune": partial(timed, "training", "bf16", autotune, record=[plain]),
         "batches-fp32": partial(gpu_parts.find_batches, bench, "fp32", equal),
         "inference-fp32-eager": group("inference", "fp32", "eager", equal),
         "inference-fp32-compiled": group("inference", "fp32", "compiled", equal),

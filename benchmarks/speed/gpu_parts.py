@@ -24,14 +24,10 @@ from .scaling import DEFAULT_PATH, SPATIAL_PATHS, crossover, measure_lengths
 REFERENCE, MODERN = "BERT (sdpa)", "ModernBERT (sdpa)"
 BERT_BASE, MODERN_BASE = "bert-base (sdpa)", "ModernBERT-base (sdpa)"
 KEPT = ", activations kept"  # the suffix of gMLP's row with recompute_gating=False
-SIZES = {
+TINY_STOCK = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
+SIZES = {  # the stock shapes are BertConfig's and ModernBertConfig's defaults at base size
     "base": {"preset": "gmlp-base", "stock": {}, "fft_lengths": (1024, 2048, 4096, 8192, 16384), "fft_layers": 4},
-    "tiny": {
-        "preset": "gmlp-tiny",
-        "stock": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128},
-        "fft_lengths": (128, 256),
-        "fft_layers": 1,
-    },
+    "tiny": {"preset": "gmlp-tiny", "stock": TINY_STOCK, "fft_lengths": (128, 256), "fft_layers": 1},
 }
 COMPILE_MODES = {"compiled": None, "max-autotune": "max-autotune-no-cudagraphs"}
 # Matrix products: the kernels of cuBLAS (gemm, xmma, cutlass, nvjet) and of fused attention; aten's on the CPU.
@@ -61,8 +57,7 @@ def build(size: str, device, kernels: list[str]) -> dict[str, torch.nn.Module]:
 
 @dataclasses.dataclass
 class Bench:
-    """What the parts share: the models, their optimizers, the batches found (precision -> model -> batch), the
-    compiled blocks, the peaks and how to time."""
+    """What the parts share: the models, their optimizers and compiled blocks, the batches found, how to time."""
 
     device: torch.device
     models: dict[str, torch.nn.Module]
@@ -140,9 +135,8 @@ class Batches:
 
 
 def largest_batch(step_at, reset, device, start: int = 8, share: float = 0.9) -> dict:
-    """The largest batch (a multiple of `start`) whose step fits: the peaks at `start` and 2 `start` give the batch
-    that fills `share` of the free memory, which accelerate's `find_executable_batch_size` tries, then smaller ones
-    (by a tenth) until one fits; `reset()` clears a step's gradients and the allocator's cache."""
+    """The largest batch (a multiple of `start`) whose step fits: accelerate's `find_executable_batch_size` from the
+    one that the peaks at `start` and 2 `start` say fills `share` of the free memory, then smaller by a tenth."""
     reset()
     free = torch.cuda.mem_get_info(device)[0] / 2**30
     peaks = {}
@@ -186,8 +180,7 @@ def find_batches(bench: Bench, precision: str, names: list[str]) -> Batches:
 
 @dataclasses.dataclass
 class Timings:
-    """The rows of one group of models timed side by side: each model's tokens/s, MFU, its tokens/s over every other
-    model's of the group (paired by round), its first call's seconds, graphs compiled and peak memory."""
+    """The rows of models timed side by side: tokens/s (over each other's, paired), MFU, the first call's figures."""
 
     task: str  # training or inference
     rows: list[dict]

@@ -20,9 +20,8 @@ CASES += [(name, "inference") for name in (*OURS, "BERT (sdpa)")]
 
 
 def measure_in_fresh_process(spec: dict, threads: int) -> float:
-    """The peak MiB of `spec` ({"case": a training-table case} for three of its training steps, or {"encoder": a name
-    of `models.encoder`, "mode": ..., "length": ...} for two encoder steps), measured by a new interpreter with this
-    one's model shape. Raises with the worker's error output if it fails."""
+    """The peak MiB of `spec` ({"case": a training case} or {"encoder": a name, "mode": ..., "length": ...}) measured
+    by a new interpreter with this one's model shape; raises with the worker's error output if it fails."""
     spec = {**spec, "threads": threads, "shape": SMALL}
     command = [sys.executable, "-m", "benchmarks.speed.memory", json.dumps(spec)]
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)

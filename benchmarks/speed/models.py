@@ -20,7 +20,6 @@ SMALL = {
     "max_position_embeddings": 128,
 }
 BATCH_SIZE = 8
-TINY_ATTENTION_SIZE = 64  # aMLP-base's
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -29,9 +28,9 @@ def gmlp_config(**overrides) -> GMLPConfig:
 
 
 def amlp_config(**overrides) -> GMLPConfig:
-    """aMLP with aMLP-base's tiny attention and the number of blocks that matches gMLP's parameter count."""
+    """aMLP with aMLP-base's tiny attention (64) and the number of blocks that matches gMLP's parameter count."""
     target = parameters_of(lambda: GMLPForMaskedLM(gmlp_config(**overrides)))
-    fields = {**SMALL, "tiny_attention_size": TINY_ATTENTION_SIZE, **overrides}
+    fields = {**SMALL, "tiny_attention_size": 64, **overrides}
 
     def count(layers):
         return parameters_of(lambda: GMLPForMaskedLM(GMLPConfig(**fields | {"num_hidden_layers": layers})))
@@ -187,10 +186,9 @@ def encoder_step_fn(model, input_ids, *, training: bool):
 
 def in_precision(step, precision: str, device="cpu"):
     """`step` run in fp32 or under bf16 autocast (what the Trainer's --bf16 does) on `device`."""
-    device_type = torch.device(device).type
 
     def run():
-        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16"):
             return step()
 
     return run

@@ -1,7 +1,6 @@
-"""Padding-free fine-tuning against padded batches, at SST-2's and MNLI's lengths: training steps of gmlp-tiny and
-amlp-tiny sentence classifiers (batch 32, AdamW) on the same batches of real examples, padded to each batch's longest
-(DataCollatorWithPadding) or packed into one row (run_glue.py --padding_free), interleaved; real (unpadded) tokens
-per second, and the paired ratio (the data from `--data`)."""
+"""Padding-free fine-tuning against padded batches: gmlp-tiny and amlp-tiny sentence classifiers trained on the same
+batches of real SST-2 and MNLI examples (from `--data`), padded (DataCollatorWithPadding) or packed into one row
+(run_glue.py --padding_free), interleaved; real tokens per second."""
 
 import csv
 import json

@@ -64,12 +64,8 @@ def measure_lengths(
 
 def crossover(result: dict) -> int | None:
     """The shortest length from which on the spatial FFT is at least as fast as the direct product (None: never)."""
-    found = None
-    for length, row in sorted(result["lengths"].items(), key=lambda item: -int(item[0])):
-        if row["fft_vs_direct_spatial"] < 1:
-            break
-        found = int(length)
-    return found
+    slower = [int(length) for length, row in result["lengths"].items() if row["fft_vs_direct_spatial"] < 1]
+    return min((int(length) for length in result["lengths"] if int(length) > max(slower, default=0)), default=None)
 
 
 def measure(args) -> dict:
