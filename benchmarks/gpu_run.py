@@ -1,5 +1,5 @@
 """The GPU run: what this project checks and measures on an offline GPU machine, in one call of 540 s that leaves,
-with the machine's start, a quick rerun inside 15 minutes of device time (docs/testing.md#the-gpu-run):
+with the machine's start, a quick rerun (240 s) inside 15 minutes of device time (docs/testing.md#the-gpu-run):
 
     python3 benchmarks/gpu_run.py                        # with .whl/ (gpu_wheels.txt): every stage, into $OUT
     python3 benchmarks/gpu_run.py --quick --resume FILE  # a rerun in what is left, continuing its speed_gpu.json
@@ -26,12 +26,13 @@ WHEELS = ROOT / ".whl"  # benchmarks/gpu_wheels.txt, downloaded as its first lin
 SITE, WORK = Path("/tmp/gpu_run/site"), Path("/tmp/gpu_run/work")  # the installed wheels, the FSDP runs' files
 KERNEL_TESTS = ("test_sgu_kernels.py", "test_paths_property.py")  # found by name under tests/
 TEST_TIMEOUT = 60  # seconds for one test (pytest-timeout, where installed)
-# The README's FSDP2 settings: each GMLPLayer its own group.
+# The documented FSDP2 settings (docs/scripts.md): each GMLPLayer its own group.
 FSDP_CONFIG = '{"version": 2, "transformer_layer_cls_to_wrap": ["GMLPLayer"]}'
 # Seconds per stage. The preflight took 28-38 s on an H200 with a compiled step that is gone; the two FSDP runs 33 s
-# and about as much again; the speed stage is what the rest leaves (benchmarks/speed/gpu.py's PARTS in priority order).
-STAGES = {"preflight": 25, "kernel_tests": 70, "speed": 375, "fsdp": 70}
-QUICK = {"preflight": 20, "kernel_tests": 40, "speed": 120}
+# and about as much again; the kernels' tests 80 s on an H200 before the model's property test (2026-11-28); the speed
+# stage is what the rest leaves (benchmarks/speed/gpu.py's PARTS in priority order).
+STAGES = {"preflight": 25, "kernel_tests": 100, "speed": 345, "fsdp": 70}
+QUICK = {"preflight": 20, "kernel_tests": 100, "speed": 120}
 GRACE = 15  # seconds between the SIGINT of `timeout` and its SIGKILL
 ERROR = re.compile(r"\b\w*(Error|Exception): \S")
 OUTCOMES = {0: "ok", 124: "timed out (SIGINT)", 137: "timed out (killed)"}  # timeout's exit codes
@@ -212,7 +213,7 @@ train_tokenizer([DEFAULT_TRAIN_FILE], vocab_size=8192).save_pretrained(sys.argv[
 
 
 def fsdp(run: Run, args, env: dict) -> None:
-    """FSDP2 through the Trainer (the README's command, one process): a checkpoint, then a run resumed from it."""
+    """FSDP2 through the Trainer (the documented command, one process): a checkpoint, then a run resumed from it."""
     work = WORK
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

@@ -168,7 +168,7 @@ class GMLPConfig(GMLPBlockConfig):
             product (O(n log n)); fewer multiply by the materialised matrix, which is faster there. Compiled or
             exported, a model whose n (max_position_embeddings) is at least this uses the FFT at every length, so
             that one graph serves every length. None (the default): the cross-over measured on the device the
-            weights are on (`modeling_gmlp.FFT_MIN_LENGTH`: 1,024 tokens on a CPU, 9,216 on a CUDA GPU).
+            weights are on (`modeling_gmlp.FFT_MIN_LENGTH`: 1,024 tokens on a CPU, 4,096 on a CUDA GPU).
         sgu_kernel: How the spatial gating unit runs: `"auto"` (the default: the fused Triton kernel of
             `kernels_gmlp.py` on CUDA where it applies, PyTorch otherwise), `"triton"` (the kernel wherever Triton
             runs, its CPU interpreter included) or `"torch"` (always PyTorch).

@@ -42,9 +42,9 @@ logger = logging.get_logger(__name__)
 
 # The length from which a Toeplitz product of tokens in order runs as an FFT, by device type, where the config leaves
 # it open (`spatial_fft_min_length=None`): measured forward and backward, the FFT is 1.4x the dense product at 1,024
-# tokens on a CPU (docs/benchmarks.md, "Sequence length"); on an H200 the dense product wins up to 8,192 tokens (the
-# FFT 0.60x at 4,096, 0.89x at 8,192, 1.81x at 16,384), a cross-over near 9,200.
-FFT_MIN_LENGTH = {"cpu": 1024, "cuda": 9216}
+# tokens on a CPU (docs/benchmarks.md, "Sequence length"); on an H200 it is 0.82x the direct Toeplitz product at 2,048
+# tokens and 1.99x at 4,096 (in a 4-block encoder 0.78x and 1.62x; benchmarks/results/speed_gpu_2026-11-28.json).
+FFT_MIN_LENGTH = {"cpu": 1024, "cuda": 4096}
 
 
 @cache

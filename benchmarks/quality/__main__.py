@@ -48,12 +48,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the shared data folder")
     add("--work_dir", type=Path, default=ROOT.parent / "quality-work", help="checkpoints, logs, splits")
     add("--output", type=Path, default=ROOT / "benchmarks" / "results" / "quality.json")
-    add("--no_docs", action="store_true", help="leave docs/quality.md and the README as they are")
+    add("--no_docs", action="store_true", help="leave docs/quality.md as it is")
     add("--report_only", action="store_true", help="start no run: the tables of the records there are")
     return parser.parse_args(argv)
 
 
-PAGES = (ROOT / "docs" / "quality.md", ROOT / "README.md")  # the pages with generated tables
+PAGES = (ROOT / "docs" / "quality.md",)  # the pages with generated tables
 
 
 def markdown(results: dict, rendered: dict) -> str:
@@ -131,7 +131,7 @@ def plot(results: dict, path: Path) -> None:
 
 
 def write(results: dict, output: Path, *, docs: bool) -> str:
-    """quality.md and the plot beside `output`; with `docs`, the tables into docs/quality.md and the README."""
+    """quality.md and the plot beside `output`; with `docs`, the tables into docs/quality.md."""
     rendered = tables.rendered(results)
     report = markdown(results, rendered)
     output.with_suffix(".md").write_text(report)

@@ -25,7 +25,7 @@ from .context import GMLP_TINY, TRAIN_FILE, Context, MissingRun, config_paramete
 def blocks(tokenizer, path, arguments: TrainingArguments) -> datasets.Dataset:
     """`path`'s text as run_mlm.py makes it: concatenated and cut into blocks of 128 tokens."""
     raw = datasets.load_dataset("text", data_files={"validation": str(path)})
-    return tokenize_for_mlm(raw, tokenizer, 128, False, arguments)["validation"]
+    return tokenize_for_mlm(raw, tokenizer, 128, training_args=arguments)["validation"]
 
 
 def unigram(ctx: Context) -> dict:

@@ -285,7 +285,7 @@ def task_cell(rows: dict, name: str, key: str, scale: float) -> str:
 
 @section("Summary", "pretrain", "step_time", "pretrain_derived")
 def summary(results: dict) -> str:
-    """The README's table: per model, pretraining at equal steps and time, where each seed leaves the plateau, and
+    """The summary table (docs/quality.md): per model, pretraining at equal steps and time, where each seed leaves the plateau, and
     the fine-tuning means ("–" for the dropout variants, which are pretrained only)."""
     derived = results["pretrain_derived"]
     tasks = results.get("finetune", {}).get("tasks", {})

@@ -33,7 +33,7 @@ SECTIONS = {
     "padding_free": (padding_free.measure, padding_free.render),
     "gpu": (gpu.measure, gpu.render),
 }
-DOCS = (ROOT / "docs" / "benchmarks.md", ROOT / "README.md")
+DOCS = (ROOT / "docs" / "benchmarks.md",)
 MARKED = re.compile(r"^(<!-- table (\S+) (\w+)\.([^\n]+) -->\n).*?^(<!-- end table -->)", re.DOTALL | re.MULTILINE)
 
 

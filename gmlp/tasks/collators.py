@@ -4,6 +4,8 @@ padding-free batches of sentences."""
 import torch
 from transformers import DataCollatorWithFlattening
 
+from .errors import ScriptError
+
 
 class CheckedCollator:
     """`collator`, then a check of each batch on the CPU: its `input_ids` below `input_ids` (the vocabulary size) and
@@ -26,7 +28,7 @@ class CheckedCollator:
                 continue
             bad = values[((values < 0) & (values != -100)) | (values >= limit)]
             if bad.numel():
-                raise ValueError(
+                raise ScriptError(
                     f"A batch holds {key} {bad[0].item()}, outside the model's ids 0..{limit - 1}: {self.ADVICE[key]}"
                 )
         return batch
@@ -45,8 +47,6 @@ class SentenceFlattening(DataCollatorWithFlattening):
         label = "label" if "label" in features[0] else "labels" if "labels" in features[0] else None
         if label is not None:
             values = [f[label] for f in features]
-            floating = any(
-                isinstance(v, float) or (isinstance(v, list) and v and isinstance(v[0], float)) for v in values
-            )
+            floating = any(isinstance(v[0] if isinstance(v, list) and v else v, float) for v in values)
             batch["labels"] = torch.tensor(values, dtype=torch.float if floating else torch.long)
         return batch

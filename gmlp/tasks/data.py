@@ -8,31 +8,41 @@ import os
 import datasets
 
 from ..tokenization_gmlp import check_text_file
+from .errors import ScriptError
 
 # File extension -> `datasets` builder. GLUE's sentences contain `"`, so TSV is read unquoted.
 DATA_FILE_BUILDERS = {"txt": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json", "parquet": "parquet"}
 
 
-def load_data_files(data_files: dict, cache_dir: str | None = None, streaming: bool = False, **read_kwargs):
+def check_text(path: str, what: str) -> None:
+    """`check_text_file`'s error (an empty, blank or non-UTF-8 file) as a `ScriptError`."""
+    try:
+        check_text_file(path, what)
+    except ValueError as error:
+        raise ScriptError(str(error)) from None
+
+
+def load_data_files(data_files: dict, *, cache_dir: str | None = None, streaming: bool = False, **read_kwargs):
     """A `DatasetDict` (with `streaming`, read as it goes) from local files, `{split: path}`, all of one format, which
     the extension names (`DATA_FILE_BUILDERS`; .txt gives a "text" column, a line each). `read_kwargs` go to it."""
     extensions = set()
     for split, path in data_files.items():
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"The {split} file {path!r} does not exist; check the --{split}_file path.")
+            raise ScriptError(f"The {split} file {path!r} does not exist; check the --{split}_file path.")
         extension = path.rsplit(".", 1)[-1].lower()
         if extension not in DATA_FILE_BUILDERS:
-            known = ", ".join(DATA_FILE_BUILDERS)
-            raise ValueError(f"The {split} file {path!r} has an unsupported extension {extension!r} (not {known}).")
+            raise ScriptError(
+                f"The {split} file {path!r} has an unsupported extension {extension!r} (not {', '.join(DATA_FILE_BUILDERS)})."
+            )
         extensions.add(extension.replace("jsonl", "json"))
         if extension != "parquet":
-            check_text_file(path, f"The {split} file")
+            check_text(path, f"The {split} file")
         if extension in ("csv", "tsv") and not read_kwargs.get("column_names"):
             with open(path, encoding="utf-8-sig") as file:  # `datasets` fails on a file of one header line
                 if len(list(itertools.islice((line for line in file if line.strip()), 2))) < 2:
-                    raise ValueError(f"The {split} file {path} has no examples (only a header).")
+                    raise ScriptError(f"The {split} file {path} has no examples (only a header).")
     if len(extensions) > 1:
-        raise ValueError(f"All data files must have the same format, got {sorted(extensions)}: {data_files}.")
+        raise ScriptError(f"All data files must have the same format, got {sorted(extensions)}: {data_files}.")
     extension = extensions.pop()
     builder = DATA_FILE_BUILDERS[extension]
     kwargs = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if extension == "tsv" else {}
@@ -41,16 +51,11 @@ def load_data_files(data_files: dict, cache_dir: str | None = None, streaming: b
     for split, path in data_files.items():  # each on its own: the files may differ in columns (a test file's labels)
         try:
             splits[split] = datasets.load_dataset(builder, data_files={split: path}, split=split, **kwargs)
-        except Exception as error:  # datasets raises many types (ArrowInvalid, DatasetGenerationError, ...)
-            raise ValueError(f"Could not read {path} as {builder}: {root_cause(error)}") from error
+        except Exception as error:  # noqa: BLE001 (datasets raises ArrowInvalid, DatasetGenerationError, ...)
+            while error.__cause__ or error.__context__:  # the first error: the one that says what is wrong
+                error = error.__cause__ or error.__context__
+            raise ScriptError(f"Could not read {path} as {builder}: {error}") from None
     return (datasets.IterableDatasetDict if streaming else datasets.DatasetDict)(splits)
-
-
-def root_cause(error: BaseException) -> BaseException:
-    """The error that `error` was raised from, and so on: the one that says what is wrong with a file."""
-    while (cause := error.__cause__ or error.__context__) is not None:
-        error = cause
-    return error
 
 
 def load_hub_dataset(data_args, model_args, config_name: str | None = None, **kwargs):
@@ -67,17 +72,15 @@ def load_hub_dataset(data_args, model_args, config_name: str | None = None, **kw
         )
     except (ConnectionError, datasets.exceptions.DatasetNotFoundError) as error:
         where = "cannot be reached (offline)" if isinstance(error, ConnectionError) else "has no such dataset"
-        raise ValueError(
-            f"--dataset_name {name}: not a folder saved by `save_to_disk`, not in the datasets cache, and the Hub "
-            f"{where}. Load it once online (it is cached), pass a folder saved with `save_to_disk`, or local files "
-            "(--train_file, --validation_file)."
-        ) from error
+        raise ScriptError(
+            f"--dataset_name {name}: not a folder saved by `save_to_disk`, not in the datasets cache, and the Hub {where}. Load it once online (it is cached), pass a folder saved with `save_to_disk`, or local files (--train_file, --validation_file)."
+        ) from None
 
 
 def require_columns(dataset, columns, source: str, hint: str = "Rename the columns in the file.") -> None:
     """An error naming the `columns` that `dataset` (read from `source`) lacks, and `hint`."""
     if missing := [column for column in columns if column not in dataset.column_names]:
-        raise ValueError(f"{source} has no column(s) {missing} (its columns: {dataset.column_names}). {hint}")
+        raise ScriptError(f"{source} has no column(s) {missing} (its columns: {dataset.column_names}). {hint}")
 
 
 def is_text(feature) -> bool:
@@ -85,21 +88,25 @@ def is_text(feature) -> bool:
     return getattr(feature, "dtype", None) in ("string", "large_string")
 
 
+LIMITS = {
+    "--do_train": "--max_train_samples",
+    "--do_eval": "--max_eval_samples",
+    "--do_predict": "--max_predict_samples",
+}
+
+
 def take_split(data, split: str, flag: str, max_samples: int | None = None, *, source_flag: str | None = None):
     """The first `max_samples` examples of `data[split]` (all when None); an error when there are none (`flag` needs
     them; `source_flag`, the option that gives them, is named), rather than once the split is used, maybe after
     training."""
     if split not in data and source_flag:
-        raise ValueError(f"{flag} needs {split} data: pass {source_flag} (the data has {list(data) or 'none'}).")
+        raise ScriptError(f"{flag} needs {split} data: pass {source_flag} (the data has {list(data) or 'none'}).")
     if split not in data:
-        raise ValueError(f"{flag} needs {split} data; the data has {list(data) or 'none'}.")
+        raise ScriptError(f"{flag} needs {split} data; the data has {list(data) or 'none'}.")
     if max_samples is not None and max_samples < 1:
-        limit = {"--do_train": "--max_train_samples", "--do_eval": "--max_eval_samples"}.get(
-            flag, "--max_predict_samples"
-        )
-        raise ValueError(f"{flag}: {limit} {max_samples} keeps no example; pass at least 1.")
+        raise ScriptError(f"{flag}: {LIMITS[flag]} {max_samples} keeps no example; pass at least 1.")
     if isinstance(data[split], datasets.IterableDataset):  # a stream, which cannot be counted ahead
         return data[split] if max_samples is None else data[split].take(max_samples)
     if len(data[split]) == 0:
-        raise ValueError(f"{flag} needs {split} data; the {split} split has no examples.")
+        raise ScriptError(f"{flag} needs {split} data; the {split} split has no examples.")
     return data[split] if max_samples is None else data[split].select(range(min(max_samples, len(data[split]))))

@@ -1,8 +1,7 @@
 """What the scripts' evaluation reports through the Trainer: the loss averaged over every labelled item of the whole
 evaluation set (each masked token, each example), whatever the batch size and the number of processes, beside each
-script's scores; and the check, before training, of the evaluation settings that could only fail after it."""
+script's scores."""
 
-import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,28 +64,3 @@ class Evaluation:
         if self.perplexity:
             metrics["perplexity"] = math.exp(metrics["loss"]) if metrics["loss"] < 700 else math.inf
         return metrics
-
-
-def check_evaluation_arguments(training_args, metric_names: tuple[str, ...], script: str) -> None:
-    """Before training: the evaluation loop must hand `compute_metrics` the whole evaluation set (the loss is
-    averaged over it), and `--metric_for_best_model` must name one of the `metric_names` that `script`'s evaluation
-    reports, or the run would stop at its first evaluation."""
-    for flag, asked in (
-        ("--prediction_loss_only", training_args.prediction_loss_only),
-        ("--batch_eval_metrics", training_args.batch_eval_metrics),
-        ("--eval_do_concat_batches False", not training_args.eval_do_concat_batches),
-    ):
-        if asked:
-            raise ValueError(
-                f"{flag}: {script} computes its evaluation metrics, its loss averaged over every labelled token or "
-                "example included, over the whole evaluation set at once. Drop it."
-            )
-    metric = training_args.metric_for_best_model
-    if metric is None or metric.removeprefix("eval_") in metric_names:
-        return
-    asked = metric.removeprefix("eval_")
-    near = [name for name in metric_names if name.startswith(asked)] or difflib.get_close_matches(asked, metric_names)
-    raise ValueError(
-        f"--metric_for_best_model {metric}: {script}'s evaluation reports {', '.join(metric_names)} (each also as "
-        f"eval_<name>), not {asked}." + (f" Did you mean --metric_for_best_model {near[0]}?" if near else "")
-    )

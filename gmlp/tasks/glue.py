@@ -1,17 +1,18 @@
-"""GLUE for `run_glue.py`: the tasks, GLUE's own folders, custom files (their text columns and their labels, one or
-several per example), label checks, the metrics and the predictions. Every dataset it returns has the columns and
-label names of the Hub's `nyu-mll/glue`, whatever it was read from (a multi-label one: a multi-hot `label`)."""
+"""GLUE for `run_glue.py`: the tasks, their data (the Hub, GLUE's own folders, or custom files with their text columns),
+the metrics and the predictions. Every dataset it returns has the columns and label names of the Hub's `nyu-mll/glue`,
+whatever it was read from (a multi-label one: a multi-hot `label`)."""
 
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import datasets
 import numpy as np
-import pandas as pd
 
-from .data import is_text, load_data_files, require_columns
+from . import labels
+from .data import is_text, load_data_files, load_hub_dataset, require_columns
+from .errors import ScriptError
 from .evaluation import Evaluation
 from .metrics import GLUE_METRICS, glue_scores, multi_label_scores
 
@@ -21,7 +22,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class TextClassificationTask:
     """A text-classification (or regression) task: a GLUE task, with its Hub columns and labels and the fields of
-    GLUE's TSV files that hold them, or the user's own data (`custom_task`, which has no GLUE folder)."""
+    GLUE's TSV files that hold them, or the user's own data (named "custom", which has no GLUE folder)."""
 
     name: str
     text_columns: tuple[str, ...]  # Hub column names, e.g. ("sentence1", "sentence2")
@@ -37,13 +38,6 @@ class TextClassificationTask:
     @property
     def is_regression(self) -> bool:
         return self.label_names is None
-
-    @property
-    def problem_type(self) -> str:
-        """The model config's `problem_type` for the task."""
-        if self.is_regression:
-            return "regression"
-        return "multi_label_classification" if self.multi_label else "single_label_classification"
 
 
 PAIR = ("sentence1", "sentence2")
@@ -72,10 +66,46 @@ GLUE_TASKS = {
 
 def get_task(name: str) -> TextClassificationTask:
     """The GLUE task `name` (case-insensitive: "sst2", "SST-2" and "sst-2" all work)."""
-    key = name.lower().replace("-", "")
-    if key not in GLUE_TASKS:
-        raise ValueError(f"Unknown GLUE task {name!r}; choose one of {', '.join(GLUE_TASKS)}.")
+    if (key := name.lower().replace("-", "")) not in GLUE_TASKS:
+        raise ScriptError(f"Unknown GLUE task {name!r}; choose one of {', '.join(GLUE_TASKS)}.")
     return GLUE_TASKS[key]
+
+
+def load_task(data_args, training_args, model_args, config) -> tuple[TextClassificationTask, datasets.DatasetDict]:
+    """The task and its splits: a GLUE task's (Hub or --glue_dir) with GLUE's label ids, local files' as read. A custom
+    task's labels are those of its first labelled file, or, with only a --test_file, the model's."""
+    files, named = data_args.data_files(), data_args.text_columns()
+    if not files:
+        task = get_task(data_args.task_name)
+        if data_args.glue_dir is None:
+            return task, load_hub_dataset(data_args, model_args, data_args.dataset_config_name or task.name)
+        asked = {("train",): training_args.do_train, task.eval_splits: training_args.do_eval}
+        asked[task.test_splits] = training_args.do_predict
+        return task, load_glue_dir(data_args.glue_dir, task, [s for splits, on in asked.items() if on for s in splits])
+    raw = load_data_files(files, cache_dir=model_args.cache_dir)
+    if "test" in raw and "label" in raw["test"].column_names:
+        raw["test"] = raw["test"].remove_columns("label")  # test labels are not used
+    if data_args.task_name:  # files have one validation and one test split, MNLI's too
+        task = replace(get_task(data_args.task_name), eval_splits=("validation",), test_splits=("test",))
+        return (replace(task, text_columns=named) if named else task), raw
+    if labelled := [split for split in raw if split != "test"]:
+        return custom_task(raw[labelled[0]], files[labelled[0]], named), raw
+    if not model_args.model_name_or_path:
+        raise ScriptError("A --test_file alone needs --model_name_or_path, a classifier whose labels it predicts.")
+    regression = config.problem_type == "regression" or config.num_labels == 1
+    names = None if regression else tuple(labels.model_labels(config))
+    multi_label = config.problem_type == "multi_label_classification"
+    columns = choose_text_columns(raw["test"], files["test"], named)
+    return TextClassificationTask("custom", columns, names, ids_allowed=False, multi_label=multi_label), raw
+
+
+def label_task_data(raw, task: TextClassificationTask, names: list[str] | None, files: dict) -> datasets.DatasetDict:
+    """The splits with their labels as the model's ids (of `names`): local files' encoded (an unknown label is an
+    error naming its row), a GLUE task's then aligned with the model's where its order differs from GLUE's."""
+    if files:
+        task = task if task.folder else replace(task, label_names=names and tuple(names))
+        raw = datasets.DatasetDict({s: encode_task(raw[s], task, files[s], labelled=s != "test") for s in raw})
+    return raw if names is None or list(names) == list(task.label_names) else labels.align_labels(raw, names)
 
 
 def load_glue_dir(glue_dir: str, task: TextClassificationTask, splits) -> datasets.DatasetDict:
@@ -84,15 +114,14 @@ def load_glue_dir(glue_dir: str, task: TextClassificationTask, splits) -> datase
     `label` is -1, as on the Hub."""
     task_dir = os.path.join(glue_dir, task.folder)
     if not os.path.isdir(task_dir):
-        raise FileNotFoundError(
+        raise ScriptError(
             f"No {task.folder} folder in --glue_dir {glue_dir!r}: expected GLUE's layout, {task_dir}/train.tsv, ..."
         )
     result = {}
     for split in splits:
         stem, labelled = os.path.join(task_dir, split.replace("validation", "dev")), not split.startswith("test")
-        path = next((stem + ext for ext in (".tsv", ".jsonl") if os.path.isfile(stem + ext)), None)
-        if path is None:
-            raise FileNotFoundError(
+        if (path := next((stem + ext for ext in (".tsv", ".jsonl") if os.path.isfile(stem + ext)), None)) is None:
+            raise ScriptError(
                 f"The {split} split of {task.name} needs {stem}.tsv (GLUE's layout) or {stem}.jsonl; neither exists."
             )
         headerless = task.headerless_fields if labelled and path.endswith(".tsv") else None
@@ -103,100 +132,26 @@ def load_glue_dir(glue_dir: str, task: TextClassificationTask, splits) -> datase
             fields = dict(zip(task.tsv_fields, (*task.text_columns, "label")))  # TSV field -> Hub column
             fields = {field: column for field, column in fields.items() if labelled or column != "label"}
             require_columns(dataset, fields, path, hint=f"Is it GLUE's {task.folder} file?")
-            short = min((i for f in fields for i, value in enumerate(dataset[f]) if value is None), default=None)
+            short = min((i for f in fields for i, v in enumerate(dataset[f]) if v is None), default=None)
             if short is not None:
-                raise ValueError(f"{path}, line {short + first_line}: fewer fields than the header's.")
+                raise ScriptError(f"{path}, line {short + first_line}: fewer fields than the header's.")
             fields |= {"index": "idx"} if "index" in dataset.column_names else {}
             dataset = dataset.select_columns(list(fields)).rename_columns({f: c for f, c in fields.items() if f != c})
         else:
             dataset = load_data_files({split: path})[split]
-        result[split] = encode_task_labels(dataset, task, path, labelled, first_line)
+        result[split] = encode_task(dataset, task, path, labelled=labelled, first_line=first_line)
     return datasets.DatasetDict(result)
 
 
-def encode_label(value, task: TextClassificationTask, where: str) -> int | float | list[float]:
-    """`value` as the task's target: a label name, or an id as int or string, as its label id; a number, for
-    regression; a list of labels, for a multi-label task, as a multi-hot row. An error names `where` and the task's
-    labels for a label that is not one of them."""
-    if task.is_regression:
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}: label {value!r} is not a number; {task.name} is a regression task.") from None
-    if task.multi_label:
-        row = [0.0] * len(task.label_names)
-        for label in value:
-            row[class_id(label, task, where)] = 1.0
-        return row
-    return class_id(value, task, where)
-
-
-def class_id(value, task: TextClassificationTask, where: str) -> int:
-    """The id of the label `value` (a name, or an id as int or string where the task allows ids)."""
-    ids = {name.lower(): i for i, name in enumerate(task.label_names)}
-    if task.ids_allowed:  # as numbers (1.0 == 1: a csv column of ids is read as floats when a cell is empty) or text
-        ids |= {key: i for i in range(len(ids)) for key in (i, str(i))}
-    key = value.lower() if isinstance(value, str) else value
-    if key not in ids:
-        listed = ", ".join(f"{i} = {name!r}" for i, name in enumerate(task.label_names))
-        raise ValueError(f"{where}: label {value!r} is not a {task.name} label; the labels are {listed}.")
-    return ids[key]
-
-
-def has_label_lists(dataset) -> bool:
-    """Whether `dataset`'s labels are lists (several labels per example, or none)."""
-    return isinstance(dataset.features["label"], datasets.List | datasets.LargeList)
-
-
-def check_labels_fit_task(dataset, task: TextClassificationTask, source: str) -> None:
-    """An error when `dataset` (read from `source`) has lists of labels for a task of one label per example, or
-    single labels for a multi-label task."""
-    if has_label_lists(dataset) == task.multi_label:
-        return
-    if task.multi_label:
-        raise ValueError(
-            f"{source}: its labels are single values, but the training data's are lists (multi-label): write each "
-            'label as a list, e.g. "label": ["sports"].'
-        )
-    fix = "drop --task_name, to train" if task.name in GLUE_TASKS else "give lists in every file, to train"
-    raise ValueError(
-        f"{source}: its labels are lists (several per example), but {task.name} has one label per example: {fix} a "
-        "multi-label classifier."
-    )
-
-
-def is_blank(value) -> bool:
-    """Whether the label `value` is missing (an empty list is no blank: an example of a multi-label task may have
-    no label)."""
-    return not isinstance(value, list) and (value is None or pd.isna(value) or str(value).strip() == "")
-
-
-def check_no_blank_labels(dataset: datasets.Dataset, source: str) -> None:
-    """An error naming the examples of `dataset` (read from `source`) whose label is empty."""
-    if blank := [i for i, value in enumerate(dataset["label"]) if is_blank(value)]:
-        shown = ", ".join(str(index) for index in blank[:5]) + (", ..." if len(blank) > 5 else "")
-        where = f"example {shown}, counting from 0 after the header"
-        raise ValueError(f"{source}: {len(blank)} example(s) have an empty label ({where}). Fill in or remove them.")
-
-
-def encode_task_labels(dataset, task: TextClassificationTask, source: str, labelled=True, first_line=None):
+def encode_task(dataset, task: TextClassificationTask, source: str, *, labelled=True, first_line=None):
     """`dataset` with `task`'s Hub columns and features, its labels checked and encoded as the task's ids (-1, as on
-    the Hub, when not `labelled`; a multi-hot row for a multi-label task). An error names its row: by its line in
-    `source` when `first_line` (that of the first example) is given, else by its index."""
+    the Hub, when not `labelled`; a multi-hot row for a multi-label task; `labels.encode_labels`)."""
     columns = (*task.text_columns, "label") if labelled else task.text_columns
     require_columns(dataset, columns, f"{source} (--task_name {task.name})", hint=glue_file_hint(dataset, task))
-    labels = [[0.0] * len(task.label_names) if task.multi_label else -1] * len(dataset)
+    encoded = [[0.0] * len(task.label_names) if task.multi_label else -1] * len(dataset)
     if labelled:
-        check_labels_fit_task(dataset, task, source)
-        check_no_blank_labels(dataset, source)
-        where = f"{source}, line {{}}" if first_line is not None else f"{source}, example {{}}"
-        values = dataset["label"]
-        if task.multi_label:
-            values = [[str(label) for label in row] for row in values]
-        elif not (task.ids_allowed or task.is_regression):
-            values = map(str, values)
-        labels = [encode_label(value, task, where.format(i + (first_line or 0))) for i, value in enumerate(values)]
-    dataset = dataset.remove_columns([c for c in ("label",) if c in dataset.column_names]).add_column("label", labels)
+        encoded = labels.encode_labels(dataset, task, source, first_line)
+    dataset = dataset.remove_columns([c for c in ("label",) if c in dataset.column_names]).add_column("label", encoded)
     if "idx" not in dataset.column_names:
         dataset = dataset.add_column("idx", list(range(len(dataset))))
     if task.is_regression:
@@ -216,38 +171,18 @@ def glue_file_hint(dataset, task: TextClassificationTask | None = None) -> str:
     header = {column.lstrip("\ufeff") for column in dataset.column_names}
     for glue in [task] if task and task.tsv_fields else GLUE_TASKS.values():
         if set(glue.tsv_fields) <= header:
-            return (
-                f"It is GLUE's own {glue.folder} file: read it with --task_name {glue.name} --glue_dir DIR, where DIR "
-                f"holds {glue.folder}/train.tsv and {glue.folder}/dev.tsv (GLUE's layout)."
-            )
+            return f"It is GLUE's own {glue.folder} file: read it with --task_name {glue.name} --glue_dir DIR, where DIR holds {glue.folder}/train.tsv and {glue.folder}/dev.tsv (GLUE's layout)."
     text = "/".join(task.text_columns) if task else "`sentence1`/`sentence2` (or the first two other columns)"
     return f"Rename the columns in the file: the text is read from {text}, the labels from `label`."
 
 
 def custom_task(dataset, source: str, text_columns: tuple[str, ...] | None = None) -> TextClassificationTask:
-    """A task for a custom csv/json dataset: its text columns (`choose_text_columns`), and its labels: the distinct
-    labels of `dataset`, in order, as strings; regression (logged) for labels with decimals; multi-label
-    classification (logged) for lists of labels."""
+    """A task for a custom csv/json dataset: its text columns (`choose_text_columns`) and the labels its labels imply
+    (`labels.data_labels`: classes, several per example, or scores)."""
     require_columns(dataset, ["label"], source, hint=glue_file_hint(dataset))
-    check_no_blank_labels(dataset, source)
+    names, multi_label = labels.data_labels(dataset, source)
     columns = choose_text_columns(dataset, source, text_columns)
-    if has_label_lists(dataset):
-        names = tuple(sorted({str(label) for labels in dataset["label"] for label in labels}))
-        if not names:
-            raise ValueError(f"{source}: every example's list of labels is empty; there is no label to learn.")
-        logger.warning(
-            f"{source}: its labels are lists, so the task is multi-label classification: each example has any "
-            f"number of the {len(names)} labels {', '.join(names[:6])}{', ...' if len(names) > 6 else ''}."
-        )
-        return TextClassificationTask("custom", columns, names, ids_allowed=False, multi_label=True)
-    if dataset.features["label"].dtype.startswith("float"):
-        logger.warning(
-            f"{source}: its labels are numbers with decimals ({', '.join(map(str, dataset.unique('label')[:4]))}, "
-            "...), so the task is regression. If they are classes, write them as integers or names."
-        )
-        return TextClassificationTask("custom", columns, None)
-    label_names = tuple(str(label) for label in sorted(dataset.unique("label")))
-    return TextClassificationTask("custom", columns, label_names, ids_allowed=False)
+    return TextClassificationTask("custom", columns, names, ids_allowed=False, multi_label=multi_label)
 
 
 # Names of columns that identify examples rather than hold their text.
@@ -263,27 +198,22 @@ def choose_text_columns(dataset, source: str, named: tuple[str, ...] | None = No
         require_columns(dataset, named, source, hint="Name the columns as in the file in --text_column_names.")
         if not_text := [column for column in named if not is_text(dataset.features[column])]:
             kind = getattr(dataset.features[not_text[0]], "dtype", "non-text")
-            raise ValueError(
-                f"{source}: --text_column_names {','.join(named)} names the column {not_text[0]!r}, which holds "
-                f"{kind} values, not text. Name the columns that hold the text."
+            raise ScriptError(
+                f"{source}: --text_column_names {','.join(named)} names the column {not_text[0]!r}, which holds {kind} values, not text. Name the columns that hold the text."
             )
         return tuple(named)
     columns = [column for column in dataset.column_names if column not in ("label", "idx")]
     if "sentence1" in columns:
         chosen = ("sentence1", "sentence2") if "sentence2" in columns else ("sentence1",)
-    else:
-        texts = [c for c in columns if is_text(dataset.features[c]) and not ID_COLUMN.fullmatch(c)]
-        if not texts:
-            raise ValueError(
-                f"{source} has no text column besides the label (its columns: {dataset.column_names}, none of them "
-                "text but ids); name the text columns with --text_column_names."
-            )
+    elif texts := [c for c in columns if is_text(dataset.features[c]) and not ID_COLUMN.fullmatch(c)]:
         chosen = tuple(texts[:2])
-    if left := [column for column in columns if column not in chosen]:
-        left_out = ", ".join(f"{column} ({column_kind(dataset, column)})" for column in left)
+    else:
+        raise ScriptError(
+            f"{source} has no text column besides the label (its columns: {dataset.column_names}, none of them text but ids); name the text columns with --text_column_names."
+        )
+    if left := ", ".join(f"{c} ({column_kind(dataset, c)})" for c in columns if c not in chosen):
         logger.warning(
-            f"{source}: reading the text from {', '.join(chosen)}; not from {left_out}. Pass --text_column_names to "
-            "name the text columns."
+            f"{source}: reading the text from {', '.join(chosen)}; not from {left}. Pass --text_column_names to name the text columns."
         )
     else:
         logger.info(f"{source}: reading the text from {', '.join(chosen)}.")
@@ -304,16 +234,16 @@ def glue_evaluation(task_name: str | None, task: TextClassificationTask, num_lab
     Pearson/Spearman for regression, accuracy and F1 for two classes (of the model's `num_labels`), accuracy for more,
     micro-F1 and the share of examples with all labels right for multi-label classification."""
     if task.multi_label:
-        return Evaluation(
-            task.problem_type, lambda logits, labels: multi_label_scores(logits > 0, labels), ("f1", "accuracy")
-        )
+        scores = lambda logits, labels: multi_label_scores(logits > 0, labels)
+        return Evaluation("multi_label_classification", scores, ("f1", "accuracy"))
     config_name = task_name or ("stsb" if task.is_regression else "mrpc" if num_labels == 2 else "mnli")
 
     def scores(logits: np.ndarray, labels: np.ndarray) -> dict:
         predictions = np.squeeze(logits) if task.is_regression else np.argmax(logits, axis=1)
         return glue_scores(config_name, predictions, labels)
 
-    return Evaluation(task.problem_type, scores, GLUE_METRICS[config_name])
+    problem_type = "regression" if task.is_regression else "single_label_classification"
+    return Evaluation(problem_type, scores, GLUE_METRICS[config_name])
 
 
 def prediction_texts(logits: np.ndarray, task: TextClassificationTask, names: list[str] | None) -> list[str]:

@@ -14,8 +14,8 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer
 
 from ..configuration_gmlp import PRESETS, GMLPConfig
-from .arguments import ModelArguments
 from .checkpoints import weights_problem
+from .errors import ScriptError
 
 logger = logging.getLogger(__name__)
 
@@ -31,31 +31,30 @@ def from_name(load, name: str, option: str, presets=(), **kwargs):
         offline = is_offline_mode() or "connect" in str(error)
         hub = "could not be reached to look it up" if offline else "has no such model"
         near = difflib.get_close_matches(name, presets, n=1, cutoff=0.6)
-        raise ValueError(
-            f"{option} {name!r} is {'neither a preset nor' if presets else 'not'} a directory, and the Hub {hub} "
-            f"({str(error).splitlines()[0]})."
-            + (f" Did you mean the preset {near[0]!r}?" if near else "")
-            + (f" Presets: {', '.join(presets)}." if presets else "")
-        ) from error
+        preset = f" Did you mean the preset {near[0]!r}?" if near else ""
+        listed = f" Presets: {', '.join(presets)}." if presets else ""
+        what = "neither a preset nor" if presets else "not"
+        raise ScriptError(
+            f"{option} {name!r} is {what} a directory, and the Hub {hub} ({str(error).splitlines()[0]}).{preset}{listed}"
+        ) from None
 
 
-def load_config(model_args: ModelArguments, config_class=GMLPConfig, presets: dict = PRESETS):
+def load_config(model_args, config_class=GMLPConfig, presets: dict = PRESETS):
     """The config: a preset of `config_class`, a directory / Hub id, or the checkpoint's; then `--config_overrides`."""
     name = model_args.config_name or model_args.model_name_or_path
     if name is None:
-        raise ValueError("No model given: pass --model_name_or_path (a checkpoint) or --config_name (e.g. a preset).")
+        raise ScriptError("No model given: pass --model_name_or_path (a checkpoint) or --config_name (e.g. a preset).")
     if model_args.config_name in presets:
         config = config_class.from_preset(name)
     elif model_args.config_name is None and name in presets:
-        raise ValueError(f"--model_name_or_path {name} is a preset, not a checkpoint: pass it as --config_name.")
-    elif model_args.config_name:
-        config = from_name(AutoConfig.from_pretrained, name, "--config_name", presets, **model_args.hub_kwargs())
+        raise ScriptError(f"--model_name_or_path {name} is a preset, not a checkpoint: pass it as --config_name.")
     else:
-        config = from_name(AutoConfig.from_pretrained, name, "--model_name_or_path", **model_args.hub_kwargs())
+        option, known = ("--config_name", presets) if model_args.config_name else ("--model_name_or_path", ())
+        config = from_name(AutoConfig.from_pretrained, name, option, known, **model_args.hub_kwargs())
     if not (overrides := model_args.config_overrides):
         return config
     if not all("=" in item for item in overrides.split(",")):
-        raise ValueError(f"--config_overrides takes `key=value` pairs separated by commas, got {overrides!r}.")
+        raise ScriptError(f"--config_overrides takes `key=value` pairs separated by commas, got {overrides!r}.")
     pairs = dict(item.split("=", 1) for item in overrides.split(","))
     # `update_from_string` converts a value to the type of the field's current one; a field now None has none.
     unset = {key: value for key, value in pairs.items() if getattr(config, key, 0) is None}
@@ -67,7 +66,7 @@ def load_config(model_args: ModelArguments, config_class=GMLPConfig, presets: di
         config.validate()
     except (ValueError, TypeError, StrictDataclassError) as error:
         keys = f" Valid keys: {sorted(config.to_dict())}." if isinstance(error, ValueError) else ""
-        raise ValueError(f"--config_overrides {overrides!r}: {error.__cause__ or error}.{keys}") from error
+        raise ScriptError(f"--config_overrides {overrides!r}: {error.__cause__ or error}.{keys}") from None
     logger.info(f"Config after --config_overrides: {config}")
     return config
 
@@ -80,18 +79,16 @@ def json_value(text: str):
         return text
 
 
-def load_tokenizer(model_args: ModelArguments, *, required: bool = True):
+def load_tokenizer(model_args, *, required: bool = True):
     """The tokenizer of `--tokenizer_name`, else of `--model_name_or_path`; else None (an error if `required`)."""
     name = model_args.tokenizer_name or model_args.model_name_or_path
-    if name is None:
-        if required:
-            raise ValueError("No tokenizer: pass --tokenizer_name, or a --model_name_or_path that has one.")
-        return None
+    if name is None and required:
+        raise ScriptError("No tokenizer: pass --tokenizer_name, or a --model_name_or_path that has one.")
     option = "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path"
-    return from_name(AutoTokenizer.from_pretrained, name, option, **model_args.hub_kwargs())
+    return None if name is None else from_name(AutoTokenizer.from_pretrained, name, option, **model_args.hub_kwargs())
 
 
-def load_model(auto_class, model_args: ModelArguments, config, tokenizer=None):
+def load_model(auto_class, model_args, config, tokenizer=None):
     """`auto_class` (e.g. `AutoModelForMaskedLM`) from `--model_name_or_path`, or a new one from `config`; an error
     naming the weights whose shapes differ from `config`'s (a head for other labels, a config overridden), and one
     when `tokenizer` has more tokens than the model has embeddings (its ids past them have none)."""
@@ -100,7 +97,7 @@ def load_model(auto_class, model_args: ModelArguments, config, tokenizer=None):
         logger.info("Training a new model from scratch")
         model = auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
     elif os.path.isdir(name) and (problem := weights_problem(Path(name))):
-        raise ValueError(f"Cannot load --model_name_or_path {name}: {problem}.")
+        raise ScriptError(f"Cannot load --model_name_or_path {name}: {problem}.")
     else:
         options = model_args.hub_kwargs() | {"ignore_mismatched_sizes": model_args.ignore_mismatched_sizes}
         try:
@@ -108,23 +105,20 @@ def load_model(auto_class, model_args: ModelArguments, config, tokenizer=None):
         except RuntimeError as error:
             if "ignore_mismatched_sizes" not in str(error):
                 raise
-            raise ValueError(
-                f"--model_name_or_path {name}: {mismatched_weights(name, auto_class, config)}. Pass "
-                "--ignore_mismatched_sizes to start those weights afresh (a new head for the data's labels), or drop "
-                "the --config_overrides that change the model's sizes."
+            differ = mismatched_weights(name, auto_class, config)
+            raise ScriptError(
+                f"--model_name_or_path {name}: {differ}. Pass --ignore_mismatched_sizes to start those weights afresh (a new head for the data's labels), or drop the --config_overrides that change the model's sizes."
             ) from None
     if tokenizer is not None and len(tokenizer) > (size := model.get_input_embeddings().num_embeddings):
-        raise ValueError(
-            f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {size} (vocab_size). Use the "
-            f"model's own tokenizer or, training from scratch, --config_overrides vocab_size={len(tokenizer)}."
+        raise ScriptError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {size} (vocab_size). Use the model's own tokenizer or, training from scratch, --config_overrides vocab_size={len(tokenizer)}."
         )
     return model
 
 
 def mismatched_weights(folder: str, auto_class, config) -> str:
     """Which weights of the checkpoint `folder` have other shapes than those of `auto_class` built from `config`."""
-    files = sorted(Path(folder).glob("*.safetensors")) if os.path.isdir(folder) else []
-    if not files:
+    if not (files := sorted(Path(folder).glob("*.safetensors")) if os.path.isdir(folder) else []):
         return "some of its weights have other shapes than this run's model"
     with torch.device("meta"):
         expected = {key: tuple(value.shape) for key, value in auto_class.from_config(config).state_dict().items()}
@@ -135,8 +129,9 @@ def mismatched_weights(folder: str, auto_class, config) -> str:
     differ = [
         f"{key} {shape} (this run: {expected[key]})" for key, shape in found if expected.get(key, shape) != shape
     ]
-    labels = f"; the data has {config.num_labels} labels" if any("classifier" in item for item in differ) else ""
-    return f"its weights {', '.join(differ)} have other shapes than this run's model{labels}"
+    differ = ", ".join(differ)
+    labels = f"; the data has {config.num_labels} labels" if "classifier" in differ else ""
+    return f"its weights {differ} have other shapes than this run's model{labels}"
 
 
 def check_max_seq_length(max_seq_length: int | None, config, tokenizer) -> int:
@@ -148,13 +143,11 @@ def check_max_seq_length(max_seq_length: int | None, config, tokenizer) -> int:
         max_seq_length = min(n, tokenizer.model_max_length)
         if max_seq_length < n:
             logger.warning(
-                f"--max_seq_length {max_seq_length}, the tokenizer's model_max_length (the model's n is {n}); pass "
-                f"--max_seq_length {n} to use all of n."
+                f"--max_seq_length {max_seq_length}, the tokenizer's model_max_length (the model's n is {n}); pass --max_seq_length {n} to use all of n."
             )
     elif max_seq_length > n:
-        raise ValueError(
-            f"--max_seq_length {max_seq_length} is larger than the model's spatial size n = max_position_embeddings "
-            f"= {n}: pass at most {n}, or, from scratch, --config_overrides max_position_embeddings={max_seq_length}."
+        raise ScriptError(
+            f"--max_seq_length {max_seq_length} is larger than the model's spatial size n = max_position_embeddings = {n}: pass at most {n}, or, from scratch, --config_overrides max_position_embeddings={max_seq_length}."
         )
     tokenizer.model_max_length = max_seq_length
     return max_seq_length

@@ -15,6 +15,7 @@ from transformers import AutoTokenizer, DataCollatorForLanguageModeling, DataCol
 
 from ..tokenization_gmlp import train_tokenizer
 from .data import is_text
+from .errors import ScriptError
 from .evaluation import TOKEN_LEVEL, Evaluation
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ def text_column_of(dataset, source: str = "The data") -> str:
     column = "text" if "text" in dataset.column_names else dataset.column_names[0]
     if not is_text(dataset.features[column]):
         kind = getattr(dataset.features[column], "dtype", None) or type(dataset.features[column]).__name__
-        raise ValueError(f"{source}: its text column {column!r} holds {kind} values, not text. Name the text `text`.")
+        raise ScriptError(f"{source}: its text column {column!r} holds {kind} values, not text. Name the text `text`.")
     return column
 
 
@@ -40,7 +41,7 @@ def train_or_load_tokenizer(raw_datasets, config, training_args):
     """A WordPiece tokenizer of the config's size trained on the training text by the main process and saved to the
     output directory, where the other processes load it, so that every process has the same vocabulary."""
     if "train" not in raw_datasets:
-        raise ValueError("No tokenizer, and no training data to train one on: pass --tokenizer_name.")
+        raise ScriptError("No tokenizer, and no training data to train one on: pass --tokenizer_name.")
     with training_args.main_process_first(desc="training the tokenizer"):
         if training_args.process_index != 0:
             return AutoTokenizer.from_pretrained(training_args.output_dir)
@@ -53,24 +54,17 @@ def train_or_load_tokenizer(raw_datasets, config, training_args):
 
 
 def tokenize_for_mlm(
-    raw_datasets,
-    tokenizer,
-    max_seq_length: int,
-    line_by_line: bool,
-    training_args,
-    num_proc: int | None = None,
-    whole_word_mask: bool = False,
-    sources: dict[str, str] | None = None,
-    pad_to_max_length: bool = False,
+    raw_datasets, tokenizer, max_seq_length, *, training_args, line_by_line=False, whole_word_mask=False, **options
 ):
     """Token ids for MLM: each non-empty line cut to `max_seq_length` (`line_by_line`, logging how many tokens that
     drops), or all the text joined and cut into blocks of `max_seq_length` tokens (the remainder of each 1,000 texts
-    dropped, as in Transformers' run_mlm). `sources` names each split's file in errors."""
-    sources = {name: f"The {name} data" for name in raw_datasets} | (sources or {})
+    dropped, as in Transformers' run_mlm). `options`: `num_proc`, `pad_to_max_length` (of lines), and `sources`,
+    each split's file, named in errors."""
+    sources = {name: f"The {name} data" for name in raw_datasets} | options.get("sources", {})
     split_name, split = next(iter(raw_datasets.items()))
     text_column = text_column_of(split, sources[split_name])
     streaming = isinstance(split, datasets.IterableDataset)
-    map_kwargs = {} if streaming else {"num_proc": num_proc}  # a stream's map takes no worker processes
+    map_kwargs = {} if streaming else {"num_proc": options.get("num_proc")}  # a stream's map takes no processes
     # The special-tokens mask lets the collator skip [CLS]/[SEP] without recomputing it.
     outputs = {"return_special_tokens_mask": True, "return_offsets_mapping": whole_word_mask}
 
@@ -80,14 +74,14 @@ def tokenize_for_mlm(
             return tokenizer(examples[text_column], verbose=False, **outputs)
         lines = [line for line in examples[text_column] if line and not line.isspace()]
         # The collator cannot pad offset mappings, so whole-word masking pads every line to max_seq_length here.
-        padding = "max_length" if whole_word_mask or pad_to_max_length else False
+        padding = "max_length" if whole_word_mask or options.get("pad_to_max_length") else False
         tokenized = tokenizer(lines, truncation=True, max_length=max_seq_length, padding=padding, **outputs)
         lengths = tokenizer(lines, return_length=True, verbose=False)["length"]
         tokenized["truncated_tokens"] = [max(0, length - max_seq_length) for length in lengths]
         if streaming and any(tokenized["truncated_tokens"]):  # a stream cannot be counted ahead: say it per batch
+            cut = sum(tokenized["truncated_tokens"])
             logger.warning(
-                f"--line_by_line: {sum(tokenized['truncated_tokens']):,} tokens truncated away in a batch of "
-                f"{len(lines)} lines (--max_seq_length {max_seq_length}); without --line_by_line none are lost."
+                f"--line_by_line: {cut:,} tokens truncated away in a batch of {len(lines)} lines (--max_seq_length {max_seq_length}); without --line_by_line none are lost."
             )
         return tokenized
 
@@ -104,14 +98,12 @@ def tokenize_for_mlm(
     for name, dataset in {} if streaming else tokenized.items():  # a stream cannot be counted ahead
         if len(dataset) == 0:
             what = "non-blank line" if line_by_line else f"block of --max_seq_length {max_seq_length} tokens"
-            raise ValueError(f"{sources[name]} has not one {what}: nothing to train or evaluate on.")
+            raise ScriptError(f"{sources[name]} has not one {what}: nothing to train or evaluate on.")
         if line_by_line and (cut := sum(dataset["truncated_tokens"])):
             kept = sum(len(ids) for ids in dataset["input_ids"])
             lines = sum(1 for tokens in dataset["truncated_tokens"] if tokens)
             logger.warning(
-                f"--line_by_line: {sources[name]} lost {cut:,} of {cut + kept:,} tokens ({cut / (cut + kept):.1%}) in "
-                f"{lines} of {len(dataset)} lines longer than --max_seq_length {max_seq_length}. Without "
-                "--line_by_line the text is cut into blocks of max_seq_length tokens and no token is lost."
+                f"--line_by_line: {sources[name]} lost {cut:,} of {cut + kept:,} tokens ({cut / (cut + kept):.1%}) in {lines} of {len(dataset)} lines longer than --max_seq_length {max_seq_length}. Without --line_by_line the text is cut into blocks of max_seq_length tokens and no token is lost."
             )
     return tokenized.remove_columns("truncated_tokens") if line_by_line else tokenized
 

@@ -50,9 +50,7 @@ def model_card(trainer, base_model: str | None, task: str, dataset: str | None) 
     trained_on = os.path.basename(dataset) if dataset and os.path.exists(dataset) else dataset
     lines = [
         "---", *metadata, "---", "", f"# {repo_id}", "",
-        f"A {architecture(config)}; {trainer.model.num_parameters() / 1e6:.2f}M parameters. The gMLP family is from "
-        f"{PAPER}: blocks of channel projections and a spatial gating unit instead of self-attention (aMLP adds a "
-        f"tiny attention). This model is for {task}, {origin}" + (f", on {trained_on}." if trained_on else "."),
+        f"A {architecture(config)}; {trainer.model.num_parameters() / 1e6:.2f}M parameters. The gMLP family is from {PAPER}: blocks of channel projections and a spatial gating unit instead of self-attention (aMLP adds a tiny attention). This model is for {task}, {origin}" + (f", on {trained_on}." if trained_on else "."),
         "", "## Usage", "",
         "The model's code is saved with its weights, so it loads without installing anything but `transformers`:",
         "", "```python", f"from transformers import {auto_class}" + (", AutoTokenizer" if text else ""), "",

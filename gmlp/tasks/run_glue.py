@@ -3,15 +3,15 @@ your own csv/json files. Follows Transformers' examples/pytorch/text-classificat
 
 import logging
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-import datasets
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 from transformers.hf_argparser import HfArg
 
-from gmlp.tasks import data, evaluation, glue, labels, loading, model_card, training
+from gmlp.tasks import checks, data, glue, labels, loading, model_card, setup, training
 from gmlp.tasks.arguments import ModelArguments, TextDataArguments, parse_arguments
 from gmlp.tasks.collators import CheckedCollator, SentenceFlattening
+from gmlp.tasks.errors import ScriptError, script_main
 
 logger = logging.getLogger(__name__)
 
@@ -30,29 +30,26 @@ class DataTrainingArguments(TextDataArguments):
     max_predict_samples: int | None = HfArg(default=None, help="Keep only this many test examples.")
     padding_free: bool = HfArg(
         default=False,
-        help="Padding-free batches: each batch's examples in one row, no padding (DataCollatorWithFlattening); the "
-        "model keeps the examples apart. Faster where lengths vary.",
+        help="Padding-free batches: each batch's examples in one row, no padding (DataCollatorWithFlattening); the model keeps the examples apart. Faster where lengths vary.",
     )
     text_column_names: str | None = HfArg(
         default=None,
         aliases=["--text_columns"],
-        help="Your files' text columns, comma-separated, e.g. question,passage (default: sentence1/sentence2, else "
-        "the first two columns of text that are not ids).",
+        help="Your files' text columns, comma-separated, e.g. question,passage (default: sentence1/sentence2, else the first two columns of text that are not ids).",
     )
 
     def __post_init__(self):
         if self.task_name is not None:
             self.task_name = glue.get_task(self.task_name).name
         if self.glue_dir is not None and self.task_name is None:
-            raise ValueError("--glue_dir needs --task_name, to know which task folder to read.")
+            raise ScriptError("--glue_dir needs --task_name, to know which task folder to read.")
         if self.task_name is None and not self.data_files():
-            raise ValueError("Give --task_name (a GLUE task) or --train_file / --validation_file / --test_file.")
+            raise ScriptError("Give --task_name (a GLUE task) or --train_file / --validation_file / --test_file.")
         if self.padding_free and self.pad_to_max_length:
-            raise ValueError("--padding_free batches have no padding: leave out --pad_to_max_length.")
+            raise ScriptError("--padding_free batches have no padding: leave out --pad_to_max_length.")
         if self.text_column_names is not None and not self.data_files():
-            raise ValueError(
-                "--text_column_names names the text columns of your own files (--train_file, ...); a GLUE task read "
-                "from the Hub or --glue_dir has its own."
+            raise ScriptError(
+                "--text_column_names names the text columns of your own files (--train_file, ...); a GLUE task read from the Hub or --glue_dir has its own."
             )
 
     def text_columns(self) -> tuple[str, ...] | None:
@@ -62,73 +59,33 @@ class DataTrainingArguments(TextDataArguments):
         return tuple(column.strip() for column in self.text_column_names.split(",") if column.strip())
 
 
-def load_task_data(data_args, training_args, model_args, config):
-    """The task and its splits: a GLUE task's (Hub or --glue_dir) with GLUE's label ids, local files' as read (see
-    `label_data`). A custom task's labels are those of its first labelled file, or, with only a --test_file, the
-    model's."""
-    files = data_args.data_files()
-    if not files:
-        task = glue.get_task(data_args.task_name)
-        if data_args.glue_dir is None:
-            return task, data.load_hub_dataset(data_args, model_args, data_args.dataset_config_name or task.name)
-        asked = {("train",): training_args.do_train, task.eval_splits: training_args.do_eval}
-        asked[task.test_splits] = training_args.do_predict
-        wanted = [split for splits, flag in asked.items() if flag for split in splits]
-        return task, glue.load_glue_dir(data_args.glue_dir, task, wanted)
-    raw = data.load_data_files(files, cache_dir=model_args.cache_dir)
-    if "test" in raw and "label" in raw["test"].column_names:
-        raw["test"] = raw["test"].remove_columns("label")  # test labels are not used
-    named = data_args.text_columns()
-    if data_args.task_name:  # files have one validation and one test split, MNLI's too
-        task = replace(glue.get_task(data_args.task_name), eval_splits=("validation",), test_splits=("test",))
-        return (replace(task, text_columns=named) if named else task), raw
-    if labelled := [split for split in raw if split != "test"]:
-        return glue.custom_task(raw[labelled[0]], files[labelled[0]], named), raw
-    if not model_args.model_name_or_path:
-        raise ValueError("A --test_file alone needs --model_name_or_path, a classifier whose labels it predicts.")
-    names = [config.id2label[i] for i in range(config.num_labels)]
-    names = None if config.problem_type == "regression" or config.num_labels == 1 else tuple(names)
-    columns = glue.choose_text_columns(raw["test"], files["test"], named)
-    multi_label = config.problem_type == "multi_label_classification"
-    return glue.TextClassificationTask("custom", columns, names, ids_allowed=False, multi_label=multi_label), raw
-
-
-def label_data(raw: datasets.DatasetDict, task, label_names, data_args) -> datasets.DatasetDict:
-    """The splits with their labels as the model's ids (of `label_names`): local files' encoded (an unknown label is
-    an error naming its row), a GLUE task's then aligned with the model's where its order differs from GLUE's."""
-    if files := data_args.data_files():
-        if data_args.task_name is None:
-            task = replace(task, label_names=label_names and tuple(label_names))
-        raw = datasets.DatasetDict({s: glue.encode_task_labels(raw[s], task, files[s], s != "test") for s in raw})
-    if label_names is None or list(label_names) == list(task.label_names):
-        return raw
-    label2id = {name: i for i, name in enumerate(label_names)}
-    return datasets.DatasetDict(
-        {s: d if s.startswith("test") else d.align_labels_with_mapping(label2id, "label") for s, d in raw.items()}
-    )
-
-
-def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, training_args = parse_arguments(
-        (ModelArguments, DataTrainingArguments, TrainingArguments), argv
-    )
+def run(argv: list[str]) -> dict:
+    """The script on the arguments `argv`: the metrics of its evaluation."""
+    setup.set_environment()
+    types = (ModelArguments, DataTrainingArguments, TrainingArguments)
+    model_args, data_args, training_args = parse_arguments(*types, argv=argv)
+    setup.start_logging(training_args)
+    checks.check_arguments(training_args, loads=[model_args.model_name_or_path, model_args.tokenizer_name])
+    setup.prepare_run(training_args, data_args)
     config = loading.load_config(model_args)
     if data_args.padding_free and config.model_type != "gmlp":
-        raise ValueError(
-            f"--padding_free needs a model that keeps packed examples apart (gMLP, aMLP); this one is "
-            f"{config.model_type!r}. Leave out --padding_free."
+        raise ScriptError(
+            f"--padding_free needs a model that keeps packed examples apart (gMLP, aMLP); this one is {config.model_type!r}. Leave out --padding_free."
         )
     tokenizer = loading.load_tokenizer(model_args)
-    task, raw = load_task_data(data_args, training_args, model_args, config)
-    source = data_args.train_file or data_args.validation_file or f"GLUE {task.name}"
+    task, raw = glue.load_task(data_args, training_args, model_args, config)
     names = None
     if not task.is_regression:
-        names = labels.choose_labels(config, task.label_names, model_args, source, training=training_args.do_train)
+        source, trains = (
+            data_args.train_file or data_args.validation_file or f"GLUE {task.name}",
+            training_args.do_train,
+        )
+        names = labels.choose_labels(config, task.label_names, model_args=model_args, source=source, training=trains)
     labels.set_labels(config, names, multi_label=task.multi_label)
     config.finetuning_task = data_args.task_name
-    metrics_of_evaluation = glue.glue_evaluation(data_args.task_name, task, config.num_labels)
-    evaluation.check_evaluation_arguments(training_args, metrics_of_evaluation.metric_names, "run_glue.py")
-    raw = label_data(raw, task, names, data_args)
+    evaluation = glue.glue_evaluation(data_args.task_name, task, config.num_labels)
+    checks.check_evaluation_arguments(training_args, evaluation.metric_names, script="run_glue.py")
+    raw = glue.label_task_data(raw, task, names, data_args.data_files())
     max_seq_length = loading.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
     model = loading.load_model(AutoModelForSequenceClassification, model_args, config, tokenizer)
 
@@ -151,21 +108,20 @@ def main(argv: list[str] | None = None) -> dict:
     # The batches: padded to the longest example of each (or, --padding_free, every example's tokens in one row), then
     # their ids and labels checked on the CPU.
     batching = SentenceFlattening() if data_args.padding_free else DataCollatorWithPadding(tokenizer)
-    collator = CheckedCollator(batching, input_ids=model.config.vocab_size, labels=names and len(names))
     trainer = Trainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=next(iter(eval_datasets.values()), None),
         processing_class=tokenizer,
-        data_collator=collator,
-        compute_metrics=metrics_of_evaluation.compute_metrics,
-        preprocess_logits_for_metrics=metrics_of_evaluation.preprocess_logits_for_metrics,
+        data_collator=CheckedCollator(batching, input_ids=model.config.vocab_size, labels=names and len(names)),
+        compute_metrics=evaluation.compute_metrics,
+        preprocess_logits_for_metrics=evaluation.preprocess_logits_for_metrics,
     )
 
     all_metrics = {}
     if training_args.do_train:
-        training.train_and_save(trainer, len(train_dataset), (model_args, data_args, training_args))
+        training.train_and_save(trainer, model_args=model_args, data_args=data_args, train_samples=len(train_dataset))
     if training_args.do_eval:
         for name, eval_dataset in eval_datasets.items():
             metrics = {**trainer.evaluate(eval_dataset=eval_dataset), "eval_samples": len(eval_dataset)}
@@ -182,6 +138,8 @@ def main(argv: list[str] | None = None) -> dict:
     model_card.publish(trainer, model_args.model_name_or_path, task="text-classification", dataset=dataset)
     return all_metrics
 
+
+main = script_main(run)
 
 if __name__ == "__main__":
     main()

@@ -15,11 +15,11 @@ from transformers.data.data_collator import default_data_collator
 from transformers.hf_argparser import HfArg
 
 from gmlp.configuration_gmlp import VISION_PRESETS, GMLPVisionConfig
-from gmlp.tasks import data, evaluation, loading, model_card, training
+from gmlp.tasks import checks, data, labels, loading, model_card, setup, training
 from gmlp.tasks import image_classification as images
 from gmlp.tasks.arguments import ModelArguments, parse_arguments
 from gmlp.tasks.collators import CheckedCollator
-from gmlp.tasks.labels import set_labels
+from gmlp.tasks.errors import script_main
 
 logger = logging.getLogger(__name__)
 
@@ -74,35 +74,31 @@ def load_image_data(data_args: DataTrainingArguments, training_args, model_args)
     return raw
 
 
-def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, training_args = parse_arguments(
-        (ModelArguments, DataTrainingArguments, TrainingArguments), argv
-    )
-    metrics_of_evaluation = images.image_evaluation()
-    evaluation.check_evaluation_arguments(
-        training_args, metrics_of_evaluation.metric_names, "run_image_classification.py"
-    )
+def run(argv: list[str]) -> dict:
+    """The script on the arguments `argv`: the metrics of its evaluation."""
+    setup.set_environment()
+    types = (ModelArguments, DataTrainingArguments, TrainingArguments)
+    model_args, data_args, training_args = parse_arguments(*types, argv=argv)
+    setup.start_logging(training_args)
+    checks.check_arguments(training_args, loads=[model_args.model_name_or_path])
+    evaluation = images.image_evaluation()
+    checks.check_evaluation_arguments(training_args, evaluation.metric_names, script="run_image_classification.py")
+    setup.prepare_run(training_args)
     # The image column is only turned into pixel_values by the on-the-fly transform, so the Trainer must not drop it.
     training_args.remove_unused_columns = False
     raw = load_image_data(data_args, training_args, model_args)
     config = loading.load_config(model_args, GMLPVisionConfig, VISION_PRESETS)
-    label_names = images.label_images(
-        raw, data_args.label_column_name, config, model_args, training=training_args.do_train
-    )
-    set_labels(config, label_names)
+    column, trains = data_args.label_column_name, training_args.do_train
+    label_names = labels.label_images(raw, column, config, model_args=model_args, training=trains)
+    labels.set_labels(config, label_names)
     splits = {}
-    if training_args.do_train:
-        splits["train"] = data.take_split(
-            raw, "train", "--do_train", data_args.max_train_samples, source_flag="--train_dir"
-        )
-    if training_args.do_eval:
-        splits["validation"] = data.take_split(
-            raw, "validation", "--do_eval", data_args.max_eval_samples, source_flag="--validation_dir"
-        )
-    if training_args.do_predict:
-        splits["test"] = data.take_split(
-            raw, "test", "--do_predict", data_args.max_predict_samples, source_flag="--test_dir"
-        )
+    for split, flag, limit, given in (
+        ("train", "--do_train", data_args.max_train_samples, "--train_dir"),
+        ("validation", "--do_eval", data_args.max_eval_samples, "--validation_dir"),
+        ("test", "--do_predict", data_args.max_predict_samples, "--test_dir"),
+    ):
+        if getattr(training_args, flag[2:]):
+            splits[split] = data.take_split(raw, split, flag, limit, source_flag=given)
     if model_args.model_name_or_path:
         name, load = model_args.model_name_or_path, AutoImageProcessor.from_pretrained
         image_processor = loading.from_name(load, name, "--model_name_or_path", **model_args.hub_kwargs())
@@ -113,8 +109,8 @@ def main(argv: list[str] | None = None) -> dict:
     def transform(batch):  # a batch of images as the model's pixel_values (and labels), when it is read
         pictures = [image.convert("RGB") for image in batch[data_args.image_column_name]]
         prepared = {"pixel_values": image_processor(pictures, return_tensors="pt")["pixel_values"]}
-        labels = batch.get(data_args.label_column_name)
-        return prepared if labels is None else prepared | {"labels": labels}
+        targets = batch.get(data_args.label_column_name)
+        return prepared if targets is None else prepared | {"labels": targets}
 
     inputs = {split: dataset.with_transform(transform) for split, dataset in splits.items()}
     trainer = Trainer(
@@ -124,12 +120,13 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset=inputs.get("validation"),
         processing_class=image_processor,
         data_collator=CheckedCollator(default_data_collator, labels=config.num_labels),
-        compute_metrics=metrics_of_evaluation.compute_metrics,
-        preprocess_logits_for_metrics=metrics_of_evaluation.preprocess_logits_for_metrics,
+        compute_metrics=evaluation.compute_metrics,
+        preprocess_logits_for_metrics=evaluation.preprocess_logits_for_metrics,
     )
     metrics = {}
     if training_args.do_train:
-        training.train_and_save(trainer, len(splits["train"]), (model_args, data_args, training_args))
+        train_samples = len(splits["train"])
+        training.train_and_save(trainer, model_args=model_args, data_args=data_args, train_samples=train_samples)
     if training_args.do_eval:
         metrics = {**trainer.evaluate(), "eval_samples": len(splits["validation"])}
         training.record_metrics(trainer, "eval", metrics)
@@ -141,13 +138,15 @@ def main(argv: list[str] | None = None) -> dict:
         if trainer.is_world_process_zero():  # each image's file (when known) and predicted label
             column = data_args.image_column_name
             files = splits["test"].cast_column(column, datasets.Image(decode=False))[column]
-            labels = [label_names[int(p)] for p in logits.argmax(1)]
-            training.write_predictions(path, {"image": [f.get("path") or "" for f in files], "prediction": labels})
+            predicted = [label_names[int(p)] for p in logits.argmax(1)]
+            training.write_predictions(path, {"image": [f.get("path") or "" for f in files], "prediction": predicted})
             logger.info(f"Wrote the test images' predicted labels to {path}")
     trained_on = data_args.train_dir or data_args.dataset_name
-    model_card.publish(trainer, model_args.model_name_or_path, "image-classification", trained_on)
+    model_card.publish(trainer, model_args.model_name_or_path, task="image-classification", dataset=trained_on)
     return metrics
 
+
+main = script_main(run)
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,7 @@
-"""SQuAD for `run_squad.py`: the official JSON files, questions as features (long contexts split with a stride),
-start/end logits back into answers, and their scores, as Transformers' examples/pytorch/question-answering do."""
+"""SQuAD for `run_squad.py`: the official JSON files, questions checked and cut into windows of their context, start and
+end logits back into answers, and their scores, as Transformers' examples/pytorch/question-answering do."""
 
 import collections
-import contextlib
 import itertools
 import json
 import logging
@@ -13,8 +12,8 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from ..tokenization_gmlp import check_text_file
-from .data import load_data_files
+from .data import check_text, load_data_files
+from .errors import ScriptError
 from .metrics import ANSWERS, squad_scores, squad_v2_scores
 from .training import finite_or_null
 
@@ -23,30 +22,26 @@ logger = logging.getLogger(__name__)
 # The null odds of a question without any span to answer with (JSON has no Infinity): more than any real odds, so that
 # SQuAD 2.0's official script, reading null_odds.json as its --na-prob-file, ranks it first among the unanswered.
 NO_SPAN_ODDS = sys.float_info.max
-
-SQUAD_FEATURES = datasets.Features(
-    {**dict.fromkeys(["id", "title", "context", "question"], datasets.Value("string")), "answers": ANSWERS}
-)
+SQUAD_FEATURES = datasets.Features(dict.fromkeys(["id", "title", "context", "question"], datasets.Value("string")))
 
 
 def load_squad_json(path: str, document=None) -> datasets.Dataset:
     """The questions of an official SQuAD v1.1 / v2.0 JSON file (or of its parsed `document`), one row each, with
     the Hub's `squad` columns; unanswerable (`is_impossible`) and unanswered questions get empty answers."""
     if document is None:
-        check_text_file(path, "The SQuAD file")
+        check_text(path, "The SQuAD file")
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
         expected = '{"data": [{"title", "paragraphs": [{"context", "qas": [...]}]}]}'
-        raise ValueError(f"{path} is not in SQuAD's format: expected {expected}.")  # noqa: TRY004 (the file's content)
+        raise ScriptError(f"{path} is not in SQuAD's format: expected {expected}.")
     rows = []
-    for article in document["data"]:
-        for paragraph in article["paragraphs"]:
-            for qa in paragraph["qas"]:
-                answers = [] if qa.get("is_impossible", False) else qa.get("answers", [])
-                answers = {key: [answer[key] for answer in answers] for key in ("text", "answer_start")}
-                row = {"id": qa["id"], "title": article.get("title", ""), "context": paragraph["context"]}
-                rows.append({**row, "question": qa["question"], "answers": answers})
-    return datasets.Dataset.from_list(rows, features=SQUAD_FEATURES)
+    for article, paragraph in ((a, p) for a in document["data"] for p in a["paragraphs"]):
+        for qa in paragraph["qas"]:
+            answers = [] if qa.get("is_impossible", False) else qa.get("answers", [])
+            answers = {key: [answer[key] for answer in answers] for key in ("text", "answer_start")}
+            row = {"id": qa["id"], "title": article.get("title", ""), "context": paragraph["context"]}
+            rows.append({**row, "question": qa["question"], "answers": answers})
+    return datasets.Dataset.from_list(rows, features=datasets.Features({**SQUAD_FEATURES, "answers": ANSWERS}))
 
 
 def load_squad_files(data_files: dict[str, str], cache_dir: str | None = None) -> datasets.DatasetDict:
@@ -55,9 +50,11 @@ def load_squad_files(data_files: dict[str, str], cache_dir: str | None = None) -
     for split, path in data_files.items():
         document = None
         if path.lower().endswith(".json") and os.path.isfile(path):  # else `load_data_files` says what is wrong
-            check_text_file(path, "The SQuAD file")
-            with contextlib.suppress(json.JSONDecodeError):  # JSON lines, read below
+            check_text(path, "The SQuAD file")
+            try:
                 document = json.loads(Path(path).read_text(encoding="utf-8"))
+            except json.JSONDecodeError:  # JSON lines, read below
+                pass
         if isinstance(document, dict):
             splits[split] = load_squad_json(path, document)
         else:
@@ -74,12 +71,12 @@ def check_unique_ids(examples, source: str) -> None:
     """An error naming the question ids that `examples` (read from `source`) repeat: answers are keyed by id, so two
     questions of one id would be predicted as one, from both contexts at once, and scored against one answer."""
     if repeated := [qid for qid, count in collections.Counter(examples["id"]).items() if count > 1]:
-        raise ValueError(
+        raise ScriptError(
             f"{source}: {len(repeated)} question id(s) are used by more than one question ({first_ids(repeated)}). Answers are matched to questions by id: give every question its own id."
         )
 
 
-def check_training_answers(examples, source: str, version_2_with_negative: bool, skip: bool = False):
+def check_training_answers(examples, source: str, *, version_2_with_negative: bool, skip: bool = False):
     """`examples` whose answers all lie in their contexts (`context[start:start + len(text)] == text`): a shifted
     `answer_start` would train on the wrong span without any error. An error names the bad questions' ids, or, with
     `skip`, they are dropped and counted in the log. An empty answer list is only allowed in SQuAD 2.0."""
@@ -92,45 +89,38 @@ def check_training_answers(examples, source: str, version_2_with_negative: bool,
             if context[start : start + len(text)] != text:
                 bad[qid] = f"answer {text!r} is not at character {start} of its context"
                 break
-    if not bad:
-        return examples
     if unanswered and not skip:
-        raise ValueError(
+        raise ScriptError(
             f"{source}: {len(unanswered)} of {len(examples)} training questions have no answer ({first_ids(unanswered)}), as SQuAD 2.0's unanswerable ones. Pass --version_2_with_negative to train on them as SQuAD 2.0 (--skip_invalid_answers would drop them all)."
         )
-    shown = "; ".join(f"{qid}: {reason}" for qid, reason in list(bad.items())[:3])
-    if not skip:
-        raise ValueError(
-            f"{source}: {len(bad)} of {len(examples)} training questions have answers that do not match their "
-            f"contexts ({shown}{'; ...' if len(bad) > 3 else ''}). Fix answer_start, or pass --skip_invalid_answers."
+    shown = "; ".join(f"{qid}: {reason}" for qid, reason in list(bad.items())[:3]) + ("; ..." if len(bad) > 3 else "")
+    if bad and not skip:
+        raise ScriptError(
+            f"{source}: {len(bad)} of {len(examples)} training questions have answers that do not match their contexts ({shown}). Fix answer_start, or pass --skip_invalid_answers."
         )
-    logger.warning(
-        f"--skip_invalid_answers: skipping {len(bad)} of {len(examples)} training questions of {source} ({shown})"
-    )
-    return examples.filter(lambda example: example["id"] not in bad)
+    if bad:
+        logger.warning(
+            f"--skip_invalid_answers: skipping {len(bad)} of {len(examples)} training questions of {source} ({shown})"
+        )
+    return examples.filter(lambda example: example["id"] not in bad) if bad else examples
 
 
-def check_unanswered(examples, source: str, version_2_with_negative: bool, flag: str) -> None:
+def check_unanswered(examples, source: str, *, version_2_with_negative: bool, flag: str) -> None:
     """An error when some questions of `examples` (read from `source`, for `flag`) have no answer, as SQuAD 2.0's
     unanswerable ones, without `--version_2_with_negative`: scored as SQuAD v1.1 they would get no scores at all.
-    Questions that all lack answers are questions to predict, which `--do_predict` takes and `--do_eval` cannot score.
-    (Training data is checked with its answers' positions, in `check_training_answers`.)"""
+    Questions that all lack answers are questions to predict, which `--do_predict` takes and `--do_eval` cannot
+    score."""
     if version_2_with_negative or "answers" not in examples.column_names:
         return
     unanswered = [qid for qid, gold in zip(examples["id"], examples["answers"]) if not gold["text"]]
     if not unanswered or (flag == "--do_predict" and len(unanswered) == len(examples)):
         return
     if len(unanswered) == len(examples):
-        raise ValueError(
-            f"{source}: none of its {len(examples)} questions has an answer, so {flag} has nothing to score against. "
-            "For SQuAD 2.0 data pass --version_2_with_negative; to predict answers only, pass the questions as "
-            "--test_file with --do_predict."
+        raise ScriptError(
+            f"{source}: none of its {len(examples)} questions has an answer, so {flag} has nothing to score against. For SQuAD 2.0 data pass --version_2_with_negative; to predict answers only, pass the questions as --test_file with --do_predict."
         )
-    shown = first_ids(unanswered)
-    raise ValueError(
-        f"{source}: {len(unanswered)} of {len(examples)} questions have no answer ({shown}), as SQuAD 2.0's "
-        f"unanswerable ones. Pass --version_2_with_negative to score them as SQuAD 2.0 ({flag} would score none of "
-        "them as SQuAD v1.1)."
+    raise ScriptError(
+        f"{source}: {len(unanswered)} of {len(examples)} questions have no answer ({first_ids(unanswered)}), as SQuAD 2.0's unanswerable ones. Pass --version_2_with_negative to score them as SQuAD 2.0 ({flag} would score none of them as SQuAD v1.1)."
     )
 
 
@@ -144,14 +134,12 @@ def tokenize_windows(examples, tokenizer, max_seq_length: int, doc_stride: int, 
     window = max_seq_length - longest - 3  # [CLS] question [SEP] context [SEP]
     if window <= doc_stride:
         smaller_stride = f"a smaller --doc_stride (e.g. {window // 2}) or " if window > 1 else ""
-        raise ValueError(
-            f"A question of {longest} tokens leaves {window} context tokens per feature with --max_seq_length "
-            f"{max_seq_length}, not more than --doc_stride {doc_stride}: use {smaller_stride}a larger max_seq_length."
+        raise ScriptError(
+            f"A question of {longest} tokens leaves {window} context tokens per feature with --max_seq_length {max_seq_length}, not more than --doc_stride {doc_stride}: use {smaller_stride}a larger max_seq_length."
         )
     texts = (questions, examples["context"]) if pad_on_right else (examples["context"], questions)
-    truncation = "only_second" if pad_on_right else "only_first"
-    padding = "max_length" if pad_to_max_length else False
     windows = {"stride": doc_stride, "return_overflowing_tokens": True, "return_offsets_mapping": True}
+    padding, truncation = "max_length" if pad_to_max_length else False, "only_second" if pad_on_right else "only_first"
     tokenized = tokenizer(*texts, truncation=truncation, max_length=max_seq_length, padding=padding, **windows)
     return tokenized, 1 if pad_on_right else 0
 
@@ -195,16 +183,9 @@ def prepare_validation_features(examples, tokenizer, max_seq_length, doc_stride,
 
 
 def postprocess_qa_predictions(
-    examples,
-    features,
-    predictions: tuple[np.ndarray, np.ndarray],
-    version_2_with_negative: bool = False,
-    n_best_size: int = 20,
-    max_answer_length: int = 30,
-    null_score_diff_threshold: float = 0.0,
-    output_dir: str | None = None,
-    prefix: str | None = None,
-) -> dict[str, str]:
+    examples, features, predictions, *, version_2_with_negative=False, n_best_size=20, max_answer_length=30,
+    null_score_diff_threshold=0.0, output_dir: str | None = None, prefix: str | None = None,
+) -> dict[str, str]:  # fmt: skip
     """The answer of every example: its best span over its features' `n_best_size` best starts and ends, at most
     `max_answer_length` tokens long; with `version_2_with_negative`, no answer where the null score (start and end at
     [CLS]) beats that span's by more than `null_score_diff_threshold`, or where there is no span (its null odds are
@@ -219,49 +200,41 @@ def postprocess_qa_predictions(
     for example in examples:
         indices, candidates = features_per_example[example["id"]], []
         min_null_score = min(all_start_logits[i][0] + all_end_logits[i][0] for i in indices)  # start and end at [CLS]
-        for feature_index in indices:
-            start_logits, end_logits = all_start_logits[feature_index], all_end_logits[feature_index]
-            offsets = all_offsets[feature_index]
+        for start_logits, end_logits, offsets in (
+            (all_start_logits[i], all_end_logits[i], all_offsets[i]) for i in indices
+        ):
             best = [np.argsort(logits)[-1 : -n_best_size - 1 : -1] for logits in (start_logits, end_logits)]
             for start, end in itertools.product(*best):
                 # Spans outside the context (offset None, or past the features' padding) or too long are skipped.
                 inside = max(start, end) < len(offsets) and offsets[start] is not None and offsets[end] is not None
-                if not inside or not 0 <= end - start < max_answer_length:
-                    continue
-                text = example["context"][offsets[start][0] : offsets[end][1]]
-                score = float(start_logits[start] + end_logits[end])
-                logits = {"start_logit": float(start_logits[start]), "end_logit": float(end_logits[end])}
-                candidates.append({"text": text, "score": score, **logits})
+                if inside and 0 <= end - start < max_answer_length:
+                    text = example["context"][offsets[start][0] : offsets[end][1]]
+                    logits = {"start_logit": float(start_logits[start]), "end_logit": float(end_logits[end])}
+                    candidates.append({"text": text, "score": float(start_logits[start] + end_logits[end]), **logits})
         if version_2_with_negative:
             candidates.append({"text": "", "score": float(min_null_score), "start_logit": None, "end_logit": None})
         candidates = sorted(candidates, key=lambda candidate: candidate["score"], reverse=True)[:n_best_size]
-        if not candidates:
-            candidates = [{"text": "", "score": 0.0, "start_logit": 0.0, "end_logit": 0.0}]
-        scores = np.array([candidate["score"] for candidate in candidates])
-        probabilities = np.exp(scores - scores.max())
+        candidates = candidates or [{"text": "", "score": 0.0, "start_logit": 0.0, "end_logit": 0.0}]
+        probabilities = np.exp((scores := np.array([c["score"] for c in candidates])) - scores.max())
         for candidate, probability in zip(candidates, probabilities / probabilities.sum()):
             candidate["probability"] = float(probability)
+        answers[example["id"]], all_nbest[example["id"]] = candidates[0]["text"], candidates
         if version_2_with_negative:
             best_span = next((candidate for candidate in candidates if candidate["text"]), None)
             odds = float(min_null_score) - best_span["score"] if best_span else NO_SPAN_ODDS
             answers[example["id"]] = best_span["text"] if best_span and odds <= null_score_diff_threshold else ""
             null_odds[example["id"]] = odds
-        else:
-            answers[example["id"]] = candidates[0]["text"]
-        all_nbest[example["id"]] = candidates
-
     if output_dir is not None:
         files = {"predictions.json": answers, "nbest_predictions.json": all_nbest}
-        files |= {"null_odds.json": null_odds} if version_2_with_negative else {}
         os.makedirs(output_dir, exist_ok=True)
-        for name, content in files.items():
-            path = os.path.join(output_dir, f"{prefix}_{name}" if prefix else name)
-            Path(path).write_text(json.dumps(finite_or_null(content), indent=4, ensure_ascii=False), encoding="utf-8")
+        for name, content in (files | ({"null_odds.json": null_odds} if version_2_with_negative else {})).items():
+            path = Path(output_dir) / (f"{prefix}_{name}" if prefix else name)
+            path.write_text(json.dumps(finite_or_null(content), indent=4, ensure_ascii=False), encoding="utf-8")
             logger.info(f"Wrote {path}")
     return answers
 
 
-def score_answers(answers: dict[str, str], examples, version_2_with_negative: bool) -> dict:
+def score_answers(answers: dict[str, str], examples, *, version_2_with_negative: bool) -> dict:
     """SQuAD's (or with `version_2_with_negative`, SQuAD 2.0's) scores of `answers` against the gold answers of
     `examples`; none when the questions have none (questions to predict only)."""
     if "answers" not in examples.column_names or not any(gold["text"] for gold in examples["answers"]):

@@ -1,27 +1,25 @@
-"""A run's training and its results: train (resuming if asked) and save, with clear errors for a full disk, then log
-and write the metrics and the predictions.
-
-The other pieces the scripts share live by concern: `arguments` (parsing and the checks at start), `loading` (config,
-tokenizer, model), `data`, `labels`, `collators`, `evaluation` (the metrics during evaluation) and `checkpoints`."""
+"""A run's training and its results: train (resuming if asked) and save, then log and write the metrics and the
+predictions."""
 
 import math
 from pathlib import Path
 
-from .checkpoints import RunSettings, disk_full_explained, resolve_checkpoint
+from .checkpoints import resolve_checkpoint
+from .disk_full import disk_full_explained
+from .run_settings import RunSettings
 
 
-def train_and_save(trainer, num_train_samples: int | None, arguments) -> None:
-    """Train (resuming if asked; `arguments` go to `RunSettings`), then save the model, the metrics and the state."""
-    settings = RunSettings(arguments)
+def train_and_save(trainer, *, model_args, data_args, train_samples: int | None) -> None:
+    """Train (resuming if asked, recording the run's settings in its checkpoints), then save the model, the metrics
+    (`train_samples`: unknown for a stream) and the state."""
+    settings = RunSettings(model_args, data_args, trainer.args)
     trainer.add_callback(settings)
     if checkpoint := resolve_checkpoint(trainer.args):
         settings.compare(checkpoint)
     with disk_full_explained(trainer):
         metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
         trainer.save_model()
-    if num_train_samples is not None:  # unknown for a streamed dataset
-        metrics["train_samples"] = num_train_samples
-    record_metrics(trainer, "train", metrics)
+    record_metrics(trainer, "train", metrics | ({} if train_samples is None else {"train_samples": train_samples}))
     trainer.save_state()
 
 

@@ -1,5 +1,5 @@
 """The committed quality report is what the committed run records give: `benchmarks/results/quality.md`, and the
-generated tables inside docs/quality.md and the README; and the report of a study under way shows what exists."""
+generated tables inside docs/quality.md; and the report of a study under way shows what exists."""
 
 import json
 from pathlib import Path

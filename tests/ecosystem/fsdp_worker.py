@@ -4,7 +4,7 @@ Each process trains its half of every global batch under PyTorch's `fully_shard`
 
 - `layers`: `fully_shard` on each `GMLPLayer`, then on the root (the plain FSDP2 recipe);
 - `accelerate` (and `accelerate_default`): the groups that Accelerate's FSDP2 preparation makes, by calling its own
-  `fsdp2_prepare_model` as the Trainer's `--fsdp` does on GPUs, with the wrap class of the README's command
+  `fsdp2_prepare_model` as the Trainer's `--fsdp` does on GPUs, with the wrap class of docs/scripts.md's command
   (`GMLPLayer`) or, for `accelerate_default`, the model's `_no_split_modules`. BERT's masked LM is prepared the
   same way as a control (it fails there, its decoder bias being tied to another module's parameter).
 

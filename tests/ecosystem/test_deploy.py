@@ -396,16 +396,15 @@ def test_int8_dynamic_quantisation_stays_within_tolerance(preset):
         assert 1e-3 < error < INT8_TOLERANCE, error
 
 
-# ---- the README's snippets ---------------------------------------------------------------------------------------
-def test_readme_deploying_snippets_run_and_give_the_models_outputs(tmp_path, monkeypatch, tokenizer_dir):
-    """The README's "Deploying" code blocks, run in order as a user copies them, on a tiny saved "my-gmlp"."""
+# ---- docs/deploy.md's snippets ---------------------------------------------------------------------------------------
+def test_the_deploy_docs_snippets_run_and_give_the_models_outputs(tmp_path, monkeypatch, tokenizer_dir):
+    """docs/deploy.md's code blocks, run in order as a user copies them, on a tiny saved "my-gmlp"."""
     importorskip("sentence_transformers", "sentence-transformers")
     importorskip("onnxruntime", "onnxruntime")
     importorskip("onnxscript", "onnxscript (the dynamo ONNX exporter's dependency)")
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("\n## Deploying\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
-    assert len(blocks) == 5, "the Deploying section's set-up and four clients"
+    page = (Path(__file__).parents[2] / "docs" / "deploy.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    assert len(blocks) == 5, "docs/deploy.md's set-up and four clients"
     monkeypatch.chdir(tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     tokenizer.save_pretrained("my-gmlp")
@@ -415,7 +414,7 @@ def test_readme_deploying_snippets_run_and_give_the_models_outputs(tmp_path, mon
     namespace = {}
 
     def run(block: str) -> None:
-        exec(block, namespace)  # noqa: S102 (the README's own code, run as a user runs it)
+        exec(block, namespace)  # noqa: S102 (the docs' own code, run as a user runs it)
 
     run(blocks[0])
     model, inputs = namespace["model"], namespace["inputs"]

@@ -125,7 +125,7 @@ def test_a_sharded_model_saves_its_own_code_and_loads_as_remote_code(variant, sh
 @pytest.mark.e2e
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_accelerate_fsdp2_groups_keep_the_tied_decoder_with_the_embeddings(variant, sharded, unsharded):
-    """Accelerate's `fsdp2_prepare_model` with the README's wrap class (GMLPLayer): each layer its own group, then a
+    """Accelerate's `fsdp2_prepare_model` with docs/scripts.md's wrap class (GMLPLayer): each layer its own group, then a
     group for the final norm with the input and output embeddings (one tied parameter here), then the root."""
     result = sharded[1][f"accelerate/{variant}"]
     assert "error" not in result, result.get("traceback")
@@ -158,12 +158,12 @@ def test_accelerate_fsdp2_default_wrap_from_no_split_modules(variant, sharded, u
     assert result["losses"] == pytest.approx(unsharded[variant][0], rel=1e-5, abs=1e-6)
 
 
-def test_readme_fsdp_command_selects_fsdp2_wrapping_each_gmlp_layer(tmp_path):
-    """The README's GPU command, as TrainingArguments reads it: FSDP version 2, transformer-based wrapping of the
+def test_the_scripts_docs_fsdp_command_selects_fsdp2_wrapping_each_gmlp_layer(tmp_path):
+    """docs/scripts.md's GPU command, as TrainingArguments reads it: FSDP version 2, transformer-based wrapping of the
     GMLPLayer class (which Accelerate looks up by name in the model)."""
-    readme = (ROOT / "README.md").read_text()
-    flags = re.search(r"--fsdp --fsdp_config '(\{.*\})'", readme)
-    assert flags, "the README's FSDP command is gone"
+    page = (ROOT / "docs" / "scripts.md").read_text()
+    flags = re.search(r"--fsdp --fsdp_config '(\{.*\})'", page)
+    assert flags, "docs/scripts.md's FSDP command is gone"
     parser = HfArgumentParser(TrainingArguments)
     (arguments,) = parser.parse_args_into_dataclasses(
         ["--output_dir", str(tmp_path), "--fsdp", "--fsdp_config", flags.group(1)]

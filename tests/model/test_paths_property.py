@@ -215,6 +215,7 @@ def check_generate(case: Case, model, plain, rows: list[torch.Tensor]) -> None:
             do_sample=False,
             return_dict_in_generate=True,
             output_logits=True,
+            disable_compile=True,  # on a GPU, generate() would compile a static cache's step: minutes, not values
         )
     new = out.sequences[:, ids.shape[1] :]
     for index, row in enumerate(rows):

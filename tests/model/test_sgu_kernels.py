@@ -37,6 +37,10 @@ EPS = 1e-5
 TOLERANCES = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}
 # fp32 on a GPU with TF32 allowed (torch.set_float32_matmul_precision("high")): TF32's 10-bit mantissa.
 TF32_TOLERANCE = 5e-3
+# A gate of one channel: the LayerNorm of a constant row is its bias in exact arithmetic, and GELU(Z2)'s rounding
+# (half an ulp, where the compiled kernel fuses GELU's last product and the centring into one FMA, as on an H200) is
+# multiplied by 1/sqrt(eps) ≈ 316 on the way: fp32's tolerance times that conditioning.
+ONE_CHANNEL_TOLERANCE = TOLERANCES[torch.float32] * EPS**-0.5
 GRADIENTS = ("projected", "norm_weight", "norm_bias", "weight", "bias", "tiny_attention_output")
 
 
@@ -147,6 +151,8 @@ def check_against_reference(variant, *, dtype, device, tolerance=None, **sizes) 
     with float32_matmul_precision("highest"):  # the reference in IEEE fp32 also where a test allows TF32
         expected_out, expected_grads = run(reference, fp32_inputs, upstream, variant=variant)
     tolerance = tolerance or TOLERANCES[dtype]
+    if width == 1:
+        tolerance = max(tolerance, ONE_CHANNEL_TOLERANCE)
     assert out.dtype == dtype
     assert_matches(out, expected_out, tolerance=tolerance, what=f"{variant} output")
     assert grads.keys() == expected_grads.keys()

@@ -22,7 +22,6 @@ from transformers import (
     pipeline,
 )
 
-import run_image_classification
 from gmlp import GMLPForImageClassification, GMLPVisionConfig, GMLPVisionModel
 from gmlp.convert_timm import (
     config_from_timm_state_dict,
@@ -32,6 +31,7 @@ from gmlp.convert_timm import (
 )
 from gmlp.convert_timm import main as convert_main
 from gmlp.modeling_gmlp import TokenLayout
+from gmlp.tasks import run_image_classification
 from gmlp.tasks.image_classification import image_processor_for, load_digits_dataset
 
 # The model's tests build their models and inputs on the selected device (conftest.py's --device); those marked
@@ -403,7 +403,7 @@ def test_digits_dataset_is_a_stratified_split_of_rgb_images():
 @pytest.mark.e2e
 @pytest.mark.cpu_only("a whole run of the script, on the CPU")
 def test_run_image_classification_trains_a_tiny_model_on_digits(tmp_path):
-    metrics = run_image_classification.main(
+    metrics = run_image_classification.run(
         [
             "--config_name",
             "gmlp-tiny",

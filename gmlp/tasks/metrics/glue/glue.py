@@ -13,13 +13,11 @@ class Glue(evaluate.Metric):
     def _info(self):
         if self.config_name not in GLUE_METRICS:  # a KeyError, as the Hub's metric raises
             raise KeyError(
-                f"Unknown GLUE configuration {self.config_name!r}: pass one of {list(GLUE_METRICS)} as the config "
-                "name, e.g. evaluate.load(path, 'sst2')."
+                f"Unknown GLUE configuration {self.config_name!r}: pass one of {list(GLUE_METRICS)} as the config name, e.g. evaluate.load(path, 'sst2')."
             )
         value = datasets.Value("float32" if self.config_name == "stsb" else "int64")
         return evaluate.MetricInfo(
-            description="The metric of the GLUE task (https://gluebenchmark.com/) named by the configuration: "
-            "matthews_correlation (cola), pearson and spearmanr (stsb), accuracy and f1 (mrpc, qqp), else accuracy.",
+            description="The metric of the GLUE task (https://gluebenchmark.com/) named by the configuration: matthews_correlation (cola), pearson and spearmanr (stsb), accuracy and f1 (mrpc, qqp), else accuracy.",
             citation="Wang et al., GLUE: A Multi-Task Benchmark and Analysis Platform for NLU, ICLR 2019.",
             inputs_description="predictions, references: labels (int), or similarity scores (float) for stsb.",
             features=datasets.Features({"predictions": value, "references": value}),

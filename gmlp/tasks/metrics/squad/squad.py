@@ -14,8 +14,7 @@ class Squad(evaluate.Metric):
         return evaluate.MetricInfo(
             description="The official scores of SQuAD v1.1 (https://rajpurkar.github.io/SQuAD-explorer/).",
             citation="Rajpurkar et al., SQuAD: 100,000+ Questions for Machine Comprehension of Text, EMNLP 2016.",
-            inputs_description="predictions: [{'id', 'prediction_text'}]; references: [{'id', 'answers': "
-            "{'text': [...], 'answer_start': [...]}}]. Returns exact_match and f1, in percent.",
+            inputs_description="predictions: [{'id', 'prediction_text'}]; references: [{'id', 'answers': {'text': [...], 'answer_start': [...]}}]. Returns exact_match and f1, in percent.",
             features=datasets.Features({"predictions": SQUAD_PREDICTION, "references": SQUAD_REFERENCE}),
         )
 

@@ -15,9 +15,7 @@ class SquadV2(evaluate.Metric):
         return evaluate.MetricInfo(
             description="SQuAD v2.0's scores (https://rajpurkar.github.io/SQuAD-explorer/), with the best thresholds.",
             citation="Rajpurkar, Jia, Liang, Know What You Don't Know: Unanswerable Questions for SQuAD, ACL 2018.",
-            inputs_description="predictions: [{'id', 'prediction_text' ('' for no answer), 'no_answer_probability'}]; "
-            "references: [{'id', 'answers': {'text': [...], 'answer_start': [...]}}], empty for no answer; "
-            "no_answer_threshold (1.0): above it a question counts as abstaining.",
+            inputs_description="predictions: [{'id', 'prediction_text' ('' for no answer), 'no_answer_probability'}]; references: [{'id', 'answers': {'text': [...], 'answer_start': [...]}}], empty for no answer; no_answer_threshold (1.0): above it a question counts as abstaining.",
             features=datasets.Features({"predictions": predictions, "references": SQUAD_REFERENCE}),
         )
 

@@ -1,21 +1,22 @@
-"""run_mlm.py end to end on tiny fixtures: outputs, metrics, fill-mask, errors, resuming, and two processes."""
+"""run_mlm.py end to end on tiny fixtures: outputs, metrics, fill-mask, line by line (its padding, the tokens it
+truncates), whole words, streaming, errors, resuming. (Two processes: test_processes.py.)"""
 
 import json
+import logging
 import math
-import os
-import subprocess
-import sys
+import re
 from pathlib import Path
 
+import datasets
 import pytest
-from helpers import tiny_run
-from transformers import AutoModelForMaskedLM, AutoTokenizer
+from helpers import WORDS, config_overrides, rotated_lines, tiny_run, write
+from script_runs import mlm_run
+from transformers import AutoModelForMaskedLM, AutoTokenizer, TrainingArguments
 
-import run_mlm
-from gmlp.tasks import run_mlm as run_mlm_script
-from gmlp.tasks.mlm import DEFAULT_TRAIN_FILE
+from gmlp.tasks import run_mlm
+from gmlp.tasks.errors import ScriptError
+from gmlp.tasks.mlm import DEFAULT_TRAIN_FILE, tokenize_for_mlm
 
-ROOT = Path(__file__).resolve().parent.parent
 SUBJECTS = ["the cat", "a dog", "the old man", "my sister", "the king", "a small bird"]
 VERBS = ["sat on", "looked at", "walked to", "thought about", "sang to", "ran past"]
 OBJECTS = ["the garden", "a red house", "the river", "the castle", "an open window", "the green hill"]
@@ -52,7 +53,7 @@ def mlm_args(tmp_path: Path, output_dir: Path, *extra: str) -> list[str]:
 
 def test_pretrains_from_text_files_and_predicts_a_mask(tmp_path, capsys):
     output_dir = tmp_path / "out"
-    metrics = run_mlm.main(
+    metrics = run_mlm.run(
         mlm_args(tmp_path, output_dir, "--max_steps", "4", "--fill_mask_text", "the cat [MASK] on the river .")
     )
 
@@ -103,7 +104,7 @@ def test_line_by_line_whole_word_masking_from_csv(tmp_path):
     )
     args[args.index("--train_file") + 1] = str(csv_path)
     del args[args.index("--validation_file") : args.index("--validation_file") + 2]
-    run_mlm.main(args)
+    run_mlm.run(args)
 
     train = json.loads((output_dir / "train_results.json").read_text())
     evaluation = json.loads((output_dir / "eval_results.json").read_text())
@@ -112,42 +113,40 @@ def test_line_by_line_whole_word_masking_from_csv(tmp_path):
 
 
 def test_no_data_arguments_use_the_packaged_english_text():
-    args = run_mlm_script.DataTrainingArguments()
+    args = run_mlm.DataTrainingArguments()
     assert args.train_file == DEFAULT_TRAIN_FILE
     text = Path(DEFAULT_TRAIN_FILE).read_text(encoding="utf-8")
     assert text.startswith("Shakespeare, William (1564--1616), English poet, player and playwright")
     assert len(text.split()) > 30_000
-    assert "--config_name" in run_mlm_script.DEMO_ARGS and "gmlp-tiny" in run_mlm_script.DEMO_ARGS
+    assert "--config_name" in run_mlm.DEMO_ARGS and "gmlp-tiny" in run_mlm.DEMO_ARGS
 
 
-@pytest.mark.parametrize(
-    ("change", "error", "message"),
-    [
-        (
-            {"--train_file": "missing.txt"},
-            FileNotFoundError,
-            "missing.txt' does not exist; check the --train_file path",
-        ),
-        ({"--train_file": "train.docx"}, ValueError, "unsupported extension 'docx'"),
-        (
-            {"--max_seq_length": "64"},
-            ValueError,
-            "--max_seq_length 64 is larger than the model's spatial size n = max_position_embeddings = 32",
-        ),
-        (
-            {"--config_overrides": "num_hidden_layer=2"},
-            ValueError,
-            "key num_hidden_layer isn't in the original config",
-        ),
-    ],
-)
-def test_bad_input_stops_early_with_a_fix(tmp_path, change, error, message):
+BAD_INPUTS = {  # the flag changed -> what the error says
+    "--train_file missing.txt": (
+        {"--train_file": "missing.txt"},
+        "missing.txt' does not exist; check the --train_file path",
+    ),
+    "--train_file train.docx": ({"--train_file": "train.docx"}, "unsupported extension 'docx'"),
+    "--max_seq_length 64": (
+        {"--max_seq_length": "64"},
+        "--max_seq_length 64 is larger than the model's spatial size n = max_position_embeddings = 32",
+    ),
+    "a misspelt config key": (
+        {"--config_overrides": "num_hidden_layer=2"},
+        "key num_hidden_layer isn't in the original config",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_stops_early_with_a_fix(tmp_path, case):
+    change, message = BAD_INPUTS[case]
     args = mlm_args(tmp_path, tmp_path / "out", "--max_steps", "1")
     for flag, value in change.items():
         args[args.index(flag) + 1] = value if "/" in value or flag != "--train_file" else str(tmp_path / value)
     (tmp_path / "train.docx").write_text("x")
-    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
-        run_mlm.main(args)
+    with pytest.raises(ScriptError, match=re.escape(message)):
+        run_mlm.run(args)
     assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
@@ -157,7 +156,7 @@ def test_resume_from_checkpoint_continues_the_global_step(tmp_path):
     common = ["--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "2"]
     first = mlm_args(tmp_path, output_dir, "--max_steps", "2", *common)
     first.remove("--do_eval")
-    run_mlm.main(first)
+    run_mlm.run(first)
     state_2 = json.loads((output_dir / "checkpoint-2" / "trainer_state.json").read_text())
     assert state_2["global_step"] == 2
 
@@ -165,7 +164,7 @@ def test_resume_from_checkpoint_continues_the_global_step(tmp_path):
     # the checkpoint (not trained again).
     resumed = [arg if arg != "2" or i != first.index("--max_steps") + 1 else "4" for i, arg in enumerate(first)]
     resumed += ["--resume_from_checkpoint", str(output_dir / "checkpoint-2")]
-    run_mlm.main(resumed)
+    run_mlm.run(resumed)
     state_4 = json.loads((output_dir / "trainer_state.json").read_text())
     assert state_4["global_step"] == 4
     losses = {entry["step"]: entry["loss"] for entry in state_4["log_history"] if "loss" in entry}
@@ -174,32 +173,50 @@ def test_resume_from_checkpoint_continues_the_global_step(tmp_path):
     assert [losses[1], losses[2]] == [entry["loss"] for entry in state_2["log_history"] if "loss" in entry]
 
 
-@pytest.mark.e2e
-def test_two_processes_with_torchrun_on_cpu(tmp_path):
-    output_dir = tmp_path / "out"
-    args = mlm_args(tmp_path, output_dir, "--max_steps", "2")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        "29533",
-        str(ROOT / "run_mlm.py"),
-        *args,
-    ]
-    result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "world size: 2" in result.stdout + result.stderr
-    assert (output_dir / "model.safetensors").is_file()
-    state = json.loads((output_dir / "trainer_state.json").read_text())
-    assert state["global_step"] == 2
-    # Two processes of 4 sequences each: 8 sequences per optimisation step.
-    assert state["train_batch_size"] == 4
-    # The loss averages over both processes' labelled tokens (not their sum): an untrained model's is near ln(V).
-    vocab_size = json.loads((output_dir / "config.json").read_text())["vocab_size"]
-    train_loss = json.loads((output_dir / "train_results.json").read_text())["train_loss"]
-    assert 0.7 * math.log(vocab_size) < train_loss < 1.3 * math.log(vocab_size)
-    assert json.loads((output_dir / "eval_results.json").read_text())["eval_loss"] > 0
+def test_line_by_line_logs_the_tokens_it_truncates(tokenizer_dir, tmp_path, caplog):
+    train = write(tmp_path / "train.txt", "\n".join([" ".join(WORDS * 10)] * 4) + "\n")
+    with caplog.at_level(logging.WARNING, logger="gmlp"):
+        run_mlm.run(
+            mlm_run(tokenizer_dir, tmp_path, "--line_by_line", train_file=train, validation_file=train, max_steps=1)
+        )
+    message = next(
+        record.getMessage() for record in caplog.records if "--line_by_line: The train file" in record.getMessage()
+    )
+    assert "4 of 4 lines longer than --max_seq_length 16" in message
+    assert f"{train}" in message and "Without --line_by_line" in message
+    lost = int(message.split(" lost ")[1].split(" of ")[0].replace(",", ""))
+    assert lost == 4 * (len(WORDS) * 10 + 2 - 16)  # every line: its words, [CLS] and [SEP], less the 16 kept
+
+
+def test_line_by_line_pads_to_max_seq_length_when_asked(tmp_path, script_tokenizer):
+    lines = ["the cat sat", "the old dog slept by the warm fire and the cat sat on a red mat"]
+    raw = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": lines})})
+    arguments = TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none")
+    dynamic, fixed = (
+        tokenize_for_mlm(raw, script_tokenizer, 16, training_args=arguments, line_by_line=True, pad_to_max_length=pad)[
+            "train"
+        ]
+        for pad in (False, True)
+    )
+    assert sorted(len(ids) for ids in dynamic["input_ids"]) == [5, 16]
+    assert [len(ids) for ids in fixed["input_ids"]] == [16, 16]
+    assert fixed["input_ids"][0][:5] == dynamic["input_ids"][0]
+
+
+def test_the_vocabulary_is_sized_to_the_tokenizer_and_says_so(tokenizer_dir, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="gmlp"):
+        run_mlm.run(mlm_run(tokenizer_dir, tmp_path, config_overrides=config_overrides(vocab_size=300), max_steps=1))
+    assert re.search(r"vocab_size set to the tokenizer's 11\d tokens \(the config had 300\)", caplog.text)
+    vocab_size = json.loads((tmp_path / "out" / "config.json").read_text())["vocab_size"]
+    assert vocab_size == len(AutoTokenizer.from_pretrained(tokenizer_dir)) < 300
+
+
+def test_run_mlm_streams_a_corpus(tokenizer_dir, tmp_path):
+    text = write(tmp_path / "stream.txt", "\n".join(rotated_lines(200)) + "\n")
+    options = {"train_file": text, "validation_file": text, "max_eval_samples": 8}
+    metrics = run_mlm.run(mlm_run(tokenizer_dir, tmp_path, "--do_eval", "--streaming", **options))
+    assert metrics["eval_samples"] == 8 and metrics["perplexity"] > 1
+    assert json.loads((tmp_path / "out" / "trainer_state.json").read_text())["global_step"] == 2
+    without_steps = mlm_run(tokenizer_dir, tmp_path, "--do_eval", "--streaming", **options, max_steps=None)
+    with pytest.raises(ScriptError, match="--streaming needs --max_steps"):
+        run_mlm.run([*without_steps, "--output_dir", str(tmp_path / "other")])

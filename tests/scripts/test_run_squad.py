@@ -1,12 +1,15 @@
-"""run_squad.py end to end on tiny SQuAD-format fixtures; features and post-processing of gmlp.tasks.squad."""
+"""run_squad.py end to end on tiny SQuAD-format fixtures (its defaults, answers skipped on request); features and
+post-processing of gmlp.tasks.squad. (Bad SQuAD data: test_bad_inputs.py.)"""
 
 import json
+import logging
 
 import numpy as np
 import pytest
 from helpers import tiny_run
 
-import run_squad
+from gmlp.tasks import run_squad
+from gmlp.tasks.errors import ScriptError
 from gmlp.tasks.metrics import load_metric
 from gmlp.tasks.squad import (
     load_squad_json,
@@ -86,7 +89,7 @@ def test_trains_and_writes_official_predictions_and_metrics(tmp_path, tokenizer_
     data = squad_file(tmp_path / "squad.json", version_2)
     output_dir = tmp_path / "out"
     extra = ["--version_2_with_negative"] if version_2 else []
-    run_squad.main(squad_args(tokenizer_dir, data, output_dir, *extra))
+    run_squad.run(squad_args(tokenizer_dir, data, output_dir, *extra))
 
     predictions = json.loads((output_dir / "predictions.json").read_text())
     examples = load_squad_json(str(data))
@@ -178,12 +181,38 @@ def test_bad_squad_files_stop_early(tmp_path, tokenizer_dir, content, message):
     data = tmp_path / "squad.json"
     if content is not None:
         data.write_text(json.dumps(content))
-    with pytest.raises((ValueError, FileNotFoundError), match=message):
-        run_squad.main(squad_args(tokenizer_dir, data, tmp_path / "out"))
+    with pytest.raises(ScriptError, match=message):
+        run_squad.run(squad_args(tokenizer_dir, data, tmp_path / "out"))
 
 
 def test_jsonl_without_answers_names_the_missing_column(tmp_path, tokenizer_dir):
     data = tmp_path / "squad.jsonl"
     data.write_text(json.dumps({"id": "1", "question": "q", "context": "c"}) + "\n")
     with pytest.raises(ValueError, match=r"has no column\(s\) \['answers'\]"):
-        run_squad.main(squad_args(tokenizer_dir, data, tmp_path / "out"))
+        run_squad.run(squad_args(tokenizer_dir, data, tmp_path / "out"))
+
+
+def test_bad_answers_can_be_skipped_with_a_count(tmp_path, tokenizer_dir, caplog):
+    document = json.loads(squad_file(tmp_path / "squad.json").read_text())
+    shifted = {
+        "id": "shifted",
+        "question": "where does the fox live",
+        "answers": [{"text": "the green forest", "answer_start": 3}],
+    }
+    document["data"][0]["paragraphs"][0]["qas"].append(shifted)
+    (tmp_path / "train.json").write_text(json.dumps(document))
+    arguments = squad_args(tokenizer_dir, tmp_path / "train.json", tmp_path / "out", "--skip_invalid_answers")
+    arguments[arguments.index("--validation_file") + 1] = str(tmp_path / "squad.json")
+    with caplog.at_level(logging.WARNING, logger="gmlp"):
+        run_squad.run(arguments)
+    assert "--skip_invalid_answers: skipping 1 of 5 training questions" in caplog.text and "shifted" in caplog.text
+    assert json.loads((tmp_path / "out" / "train_results.json").read_text())["train_samples"] >= 4
+
+
+def test_the_defaults_fit_a_model_of_128_tokens(tmp_path, tokenizer_dir):
+    arguments = squad_args(tokenizer_dir, squad_file(tmp_path / "squad.json"), tmp_path / "out")
+    for flag in ("--max_seq_length", "--doc_stride"):  # 128 and 32, derived from n
+        del arguments[arguments.index(flag) : arguments.index(flag) + 2]
+    arguments[arguments.index("--config_overrides") + 1] += ",max_position_embeddings=128"
+    run_squad.run(arguments)
+    assert json.loads((tmp_path / "out" / "eval_results.json").read_text())["eval_samples"] == 4

@@ -1,12 +1,15 @@
-"""run_glue.py end to end on tiny GLUE-layout and csv fixtures; the GLUE readers and label checks."""
+"""run_glue.py end to end on tiny GLUE-layout, csv and `save_to_disk` fixtures; the GLUE readers and label checks;
+padding-free batches. (A user's own data: test_custom_data.py.)"""
 
 import json
 from pathlib import Path
 
+import datasets
 import pytest
 from helpers import tiny_run
 
-import run_glue
+from gmlp.tasks import run_glue
+from gmlp.tasks.errors import ScriptError
 from gmlp.tasks.glue import GLUE_TASKS, get_task, load_glue_dir
 
 GOOD = ["a great and moving film", "wonderful acting and a fine story", "i loved every minute", "a warm funny delight"]
@@ -62,7 +65,7 @@ def glue_args(tokenizer_dir, output_dir, *extra, **options):
 def test_sst2_from_a_glue_folder_trains_evaluates_and_predicts(tmp_path, tokenizer_dir):
     glue_dir = sst2_dir(tmp_path / "glue")
     output_dir = tmp_path / "out"
-    run_glue.main(
+    run_glue.run(
         glue_args(
             tokenizer_dir,
             output_dir,
@@ -85,7 +88,7 @@ def test_sst2_from_a_glue_folder_trains_evaluates_and_predicts(tmp_path, tokeniz
 
 def test_mnli_evaluates_matched_and_mismatched(tmp_path, tokenizer_dir):
     output_dir = tmp_path / "out"
-    run_glue.main(
+    run_glue.run(
         glue_args(
             tokenizer_dir, output_dir, task_name="mnli", glue_dir=mnli_dir(tmp_path), do_train=True, do_eval=True
         )
@@ -100,7 +103,7 @@ def test_custom_csv_regression_reports_pearson_and_spearman(tmp_path, tokenizer_
     (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
     output_dir = tmp_path / "out"
     train = tmp_path / "train.csv"
-    run_glue.main(
+    run_glue.run(
         glue_args(tokenizer_dir, output_dir, train_file=train, validation_file=train, do_train=True, do_eval=True)
     )
     results = json.loads((output_dir / "eval_results.json").read_text())
@@ -116,7 +119,7 @@ def test_custom_json_labels_are_the_training_labels(tmp_path, tokenizer_dir):
     with pytest.raises(
         ValueError, match=r"label 'neutral' is not a custom label; the labels are 0 = 'neg', 1 = 'pos'"
     ):
-        run_glue.main(
+        run_glue.run(
             glue_args(
                 tokenizer_dir,
                 tmp_path / "out",
@@ -155,13 +158,13 @@ def test_bad_glue_input_stops_early(tmp_path, tokenizer_dir, setup, args, messag
         write_tsv(glue_dir / "SST-2" / "train.tsv", "sentence\tlabel", ["fine\t1", "fine\t2"])
     if setup == "columns":
         write_tsv(glue_dir / "SST-2" / "train.tsv", "text\tlabel", ["fine\t1"])
-    with pytest.raises((ValueError, FileNotFoundError), match=message):
-        run_glue.main(glue_args(tokenizer_dir, tmp_path / "out", *args, glue_dir=glue_dir, do_train=True))
+    with pytest.raises(ScriptError, match=message):
+        run_glue.run(glue_args(tokenizer_dir, tmp_path / "out", *args, glue_dir=glue_dir, do_train=True))
 
 
 def test_missing_data_file_names_the_flag(tmp_path, tokenizer_dir):
-    with pytest.raises(FileNotFoundError, match=r"missing.csv' does not exist; check the --train_file path"):
-        run_glue.main(glue_args(tokenizer_dir, tmp_path / "out", train_file=tmp_path / "missing.csv", do_train=True))
+    with pytest.raises(ScriptError, match=r"missing.csv' does not exist; check the --train_file path"):
+        run_glue.run(glue_args(tokenizer_dir, tmp_path / "out", train_file=tmp_path / "missing.csv", do_train=True))
 
 
 def test_glue_dir_reader_gives_the_hub_columns_and_labels(tmp_path):
@@ -188,7 +191,7 @@ def test_padding_free_batches_train_and_evaluate_as_padded_ones(tmp_path, tokeni
     for name, extra in (("padded", ()), ("padding-free", ("--padding_free",))):
         output_dir = tmp_path / name
         args = glue_args(tokenizer_dir, output_dir, *extra, task_name=task_name, glue_dir=glue_dir)
-        run_glue.main([*args, "--do_train", "--do_eval", "--per_device_eval_batch_size", "3"])
+        run_glue.run([*args, "--do_train", "--do_eval", "--per_device_eval_batch_size", "3"])
         results[name] = json.loads((output_dir / "all_results.json").read_text())
     padded, padding_free = results["padded"], results["padding-free"]
     assert padding_free["eval_loss"] == pytest.approx(padded["eval_loss"], rel=1e-4)
@@ -199,4 +202,17 @@ def test_padding_free_batches_train_and_evaluate_as_padded_ones(tmp_path, tokeni
 def test_padding_free_is_refused_with_padding_to_the_maximum_length(tmp_path, tokenizer_dir):
     args = glue_args(tokenizer_dir, tmp_path / "out", "--padding_free", "--pad_to_max_length", task_name="SST-2")
     with pytest.raises(ValueError, match="--padding_free batches have no padding"):
-        run_glue.main([*args, "--glue_dir", str(sst2_dir(tmp_path / "glue")), "--do_train"])
+        run_glue.run([*args, "--glue_dir", str(sst2_dir(tmp_path / "glue")), "--do_train"])
+
+
+def test_a_dataset_saved_with_save_to_disk_is_read(tmp_path, tokenizer_dir):
+    labels = datasets.ClassLabel(names=["negative", "positive"])
+    features = datasets.Features(
+        {"sentence": datasets.Value("string"), "label": labels, "idx": datasets.Value("int32")}
+    )
+    rows = {"sentence": (GOOD + BAD) * 2, "label": ([1] * 4 + [0] * 4) * 2, "idx": list(range(16))}
+    split = datasets.Dataset.from_dict(rows, features=features)
+    datasets.DatasetDict(train=split, validation=split).save_to_disk(tmp_path / "sst2")
+    options = {"task_name": "sst2", "dataset_name": tmp_path / "sst2", "do_train": True, "do_eval": True}
+    metrics = run_glue.run(glue_args(tokenizer_dir, tmp_path / "out", **options))
+    assert metrics["eval_samples"] == 16 and metrics["eval_accuracy"] in {i / 16 for i in range(17)}
