@@ -1,8 +1,5 @@
-"""What the benchmarks share: models of equal parameter count, batches, interleaved timing and paired ratios, peak
-memory, the machine's description and markdown tables.
-
-Nothing here knows a benchmark's sizes: every function takes the shape it works on.
-"""
+"""What the speed and quality benchmarks share: models of equal parameter count, batches, interleaved timing and
+paired ratios, peak memory, glibc's malloc settings, the machine's description and markdown tables."""
 
 import ctypes
 import ctypes.util
@@ -15,44 +12,34 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 from torch.utils.benchmark import Compare, Measurement, Timer
-from transformers import (
-    BertConfig,
-    BertForMaskedLM,
-    GPT2Config,
-    GPT2LMHeadModel,
-    ModernBertConfig,
-    ModernBertForMaskedLM,
-)
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, BertConfig, GPT2Config, ModernBertConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-
-# ------------------------------------------------------------------------------------------------ models
+# The special tokens of gMLP's tokenizers (gmlp.tokenization_gmlp): ModernBERT's and DeBERTa-v2's configs must name
+# them (their defaults are ids of their own vocabularies).
+SPECIAL_TOKEN_IDS = {"pad_token_id": 0, "cls_token_id": 2, "bos_token_id": 2, "sep_token_id": 3, "eos_token_id": 3}
 
 
 def num_parameters(model: torch.nn.Module) -> int:
-    """Unique parameters (tied weights once): `num_parameters()` for a Transformers model, the same count otherwise."""
-    if hasattr(model, "num_parameters"):
-        return model.num_parameters()
-    return sum(p.numel() for p in model.parameters())
+    """Unique parameters (tied weights once)."""
+    return model.num_parameters() if hasattr(model, "num_parameters") else sum(p.numel() for p in model.parameters())
 
 
 def parameters_of(build: Callable[[], torch.nn.Module]) -> int:
-    """The parameter count of the model `build()` makes, built on the meta device (no memory, no initialisation)."""
+    """The parameter count of the model `build()` makes, built on the meta device."""
     with torch.device("meta"):
         return num_parameters(build())
 
 
 def fit_affine(count: Callable[[int], int], target: int, low: int, high: int) -> int:
-    """The integer x whose `count(x)` is nearest `target`, for a count affine in x (an FFN width, a number of
-    layers): two points give the line."""
+    """The integer x whose `count(x)` is nearest `target`, for a count affine in x (two points give the line)."""
     at_low, at_high = count(low), count(high)
     return round(low + (target - at_low) * (high - low) / (at_high - at_low))
 
 
 def transformer_shape(like: dict, head_size: int = 64) -> dict:
-    """A BERT-style transformer config's fields for the vocabulary, width, depth and length of the model `like`
-    (gMLP's config fields), with heads of `head_size`."""
+    """A BERT-style config's vocabulary, width, depth and length from gMLP's config fields `like`."""
     return {
         "vocab_size": like["vocab_size"],
         "hidden_size": like["hidden_size"],
@@ -62,28 +49,33 @@ def transformer_shape(like: dict, head_size: int = 64) -> dict:
     }
 
 
+def with_matched_width(config_class, fields: dict, width: str, target_parameters: int, *, auto=AutoModelForMaskedLM):
+    """`config_class(**fields)`, its FFN width `width` (unless given) matching `target_parameters` in `auto`'s."""
+    if width not in fields:
+        low = fields.get("hidden_size", fields.get("n_embd"))
+
+        def count(size):
+            return parameters_of(lambda: auto.from_config(config_class(**fields | {width: size})))
+
+        fields[width] = fit_affine(count, target_parameters, low, 2 * low)
+    return config_class(**fields)
+
+
 def bert_config(like: dict, target_parameters: int | None = None, head_size: int = 64, **overrides) -> BertConfig:
-    """`BertForMaskedLM`'s config with the vocabulary, width, depth and length of the model `like` (gMLP's config
-    fields) and heads of `head_size`; its FFN width matches `target_parameters` unless `intermediate_size` is given."""
+    """`BertForMaskedLM`'s config with the shape of gMLP's `like` and the FFN width that matches the count."""
     fields = {**transformer_shape(like, head_size), **overrides}
-    return with_matched_width(BertForMaskedLM, BertConfig, fields, "intermediate_size", target_parameters)
+    return with_matched_width(BertConfig, fields, "intermediate_size", target_parameters)
 
 
 def modernbert_config(like: dict, target_parameters: int, head_size: int = 64, **overrides) -> ModernBertConfig:
-    """Stock `ModernBertForMaskedLM`'s config with the vocabulary, width, depth and length of the model `like` (gMLP's
-    config fields), heads of `head_size`, global (full) attention in every layer, its own defaults otherwise (GeGLU,
-    rotary positions, pre-LayerNorm, no biases, dropout 0), and the GeGLU width that matches `target_parameters`.
-    `overrides` name the special tokens' ids (its defaults are those of its own 50k vocabulary)."""
-    fields = {
-        **transformer_shape(like, head_size),
-        "layer_types": ["full_attention"] * like["num_hidden_layers"],
-        **overrides,
-    }
-    return with_matched_width(ModernBertForMaskedLM, ModernBertConfig, fields, "intermediate_size", target_parameters)
+    """Stock ModernBERT's config with the shape of gMLP's `like`, global attention everywhere, the count matched."""
+    fields = {**transformer_shape(like, head_size), "layer_types": ["full_attention"] * like["num_hidden_layers"]}
+    fields |= SPECIAL_TOKEN_IDS | overrides
+    return with_matched_width(ModernBertConfig, fields, "intermediate_size", target_parameters)
 
 
 def gpt2_config(like: dict, target_parameters: int, head_size: int = 64) -> GPT2Config:
-    """`GPT2LMHeadModel`'s config with the shape of the model `like` and the FFN width that matches the count."""
+    """`GPT2LMHeadModel`'s config with the shape of gMLP's `like` and the FFN width that matches the count."""
     fields = {
         "vocab_size": like["vocab_size"],
         "n_positions": like["max_position_embeddings"],
@@ -94,28 +86,13 @@ def gpt2_config(like: dict, target_parameters: int, head_size: int = 64) -> GPT2
         "bos_token_id": None,
         "eos_token_id": None,
     }
-    return with_matched_width(GPT2LMHeadModel, GPT2Config, fields, "n_inner", target_parameters)
-
-
-def with_matched_width(model_class, config_class, fields: dict, width: str, target_parameters: int):
-    """`config_class(**fields)`, its FFN width field `width` (unless given) set so that `model_class` of it has the
-    parameter count nearest `target_parameters`."""
-    if width not in fields:
-        low = fields.get("hidden_size", fields.get("n_embd"))
-        fields[width] = fit_affine(
-            lambda size: parameters_of(lambda: model_class(config_class(**fields | {width: size}))),
-            target_parameters,
-            low,
-            2 * low,
-        )
-    return config_class(**fields)
+    return with_matched_width(GPT2Config, fields, "n_inner", target_parameters, auto=AutoModelForCausalLM)
 
 
 def mlm_batch(
     batch_size: int, length: int, vocab_size: int, device="cpu", mask_probability: float = 0.15, seed: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random token ids (from 5 up, clear of the special tokens) and MLM labels at a `mask_probability` share of
-    the positions (-100 elsewhere)."""
+    """Random token ids (clear of the special tokens) and MLM labels at a `mask_probability` share of the positions."""
     generator = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(5, vocab_size, (batch_size, length), generator=generator)
     labels = torch.full_like(input_ids, -100)
@@ -124,16 +101,11 @@ def mlm_batch(
     return input_ids.to(device), labels.to(device)
 
 
-# ------------------------------------------------------------------------------------------------ timing
-
-
 def interleaved(
     steps: dict[str, Callable], rounds: int, min_run_time: float = 0.0, warmup: int = 1
 ) -> dict[str, list[float]]:
-    """Seconds per call of each step, after `warmup` calls of each, in `rounds` rounds that run every case in turn
-    (A B C A B C ...): each round's time is the median of one `torch.utils.benchmark.Timer.blocked_autorange` (an
-    untimed call sizes the block, then at least `min_run_time` of timed calls, the device synchronised around them),
-    with this process's thread count. The cases' medians over all rounds are printed as `Compare`'s table."""
+    """Seconds per call of each step in `rounds` rounds that run every case in turn (A B C A B C ...), each round's the
+    median of one `Timer.blocked_autorange` (at least `min_run_time` of timed calls); prints `Compare`'s table."""
     threads = torch.get_num_threads()
     timers = {
         name: Timer("step()", globals={"step": step}, num_threads=threads, sub_label=name, description="per call")
@@ -156,28 +128,23 @@ def paired_ratio(times: dict[str, list[float]], name: str, reference: str) -> fl
 
 
 def matmul_peak_flops(device="cpu", dtype: torch.dtype = torch.float32, size: int = 2048) -> float:
-    """FLOP/s of a size^3 matrix product on random data (the median of `blocked_autorange` over a second): the
-    ceiling MFU is taken against."""
+    """FLOP/s of a size^3 matrix product on random data: the ceiling MFU is taken against."""
     a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
     timer = Timer("torch.mm(a, b)", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
     return 2 * size**3 / timer.blocked_autorange(min_run_time=1.0).median
 
-
-# ------------------------------------------------------------------------------------------------ memory
 
 # glibc's malloc returns large freed blocks (an MLM step's logits) to the kernel and faults them back in on the
 # next step: 20-30% of a CPU step. High thresholds keep them; low ones map and unmap every allocation of 128 KiB
 # or more on its own, so that the resident size follows the live tensors (for measuring peak memory).
 KEEP_FREED_MEMORY = 2**31 - 1
 MAP_EACH_ALLOCATION = 131072
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 
 def set_malloc_thresholds(threshold: int) -> dict[str, int]:
-    """Set glibc malloc's mmap and trim thresholds for this process (`mallopt`, what the MALLOC_MMAP_THRESHOLD_ /
-    MALLOC_TRIM_THRESHOLD_ variables set at start); returns the settings, for the results."""
+    """glibc malloc's mmap and trim thresholds for this process (`mallopt`, as MALLOC_*_THRESHOLD_ at start)."""
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    for option in (_M_MMAP_THRESHOLD, _M_TRIM_THRESHOLD):
+    for option in (-3, -1):  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
         if not libc.mallopt(option, threshold):
             raise RuntimeError(f"mallopt({option}, {threshold}) failed: not glibc?")
     return {"mmap_threshold": threshold, "trim_threshold": threshold}
@@ -192,10 +159,8 @@ def resident_kib(field: str) -> int:
 
 
 def peak_added_mib(step: Callable, repeats: int, device="cpu") -> float:
-    """The peak memory `repeats` calls of `step` add over what is allocated before them (MiB). On a GPU, the caching
-    allocator's peak (`max_memory_allocated`); on the CPU, the kernel's resident high-water mark, reset first
-    (/proc/self/clear_refs) so that building the model does not count: run it in a fresh process with
-    `set_malloc_thresholds(MAP_EACH_ALLOCATION)`, so that the resident size follows the live tensors."""
+    """The peak memory `repeats` calls of `step` add (MiB): the caching allocator's on a GPU; on the CPU the resident
+    high-water mark (in a fresh process with `set_malloc_thresholds(MAP_EACH_ALLOCATION)`)."""
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -212,9 +177,6 @@ def peak_added_mib(step: Callable, repeats: int, device="cpu") -> float:
     return (resident_kib("VmHWM") - before) / 1024
 
 
-# ------------------------------------------------------------------------------------------------ machine
-
-
 def machine_info(device="cpu", threads: int | None = None) -> dict:
     """The processor (and GPU), thread count, versions and load at the start: the first line of every table."""
     models = [line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
@@ -227,26 +189,16 @@ def machine_info(device="cpu", threads: int | None = None) -> dict:
         "load_average_at_start": os.getloadavg(),
     }
     if torch.device(device).type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-        info["cuda"] = torch.version.cuda
+        info |= {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda}
     return info
 
 
-# ------------------------------------------------------------------------------------------------ tables
-
-
 def table(headers: list[str], rows: list[list]) -> list[str]:
-    """A markdown table, as lines, with a blank line after: columns of figures (every cell empty or starting with a digit)
-    right-aligned, the others left-aligned."""
+    """A markdown table, as lines, with a blank line after; columns of figures right-aligned, the others left."""
     cells = [[str(cell) for cell in row] for row in rows]
     figures = [all(not row[i] or row[i][:1].isdigit() for row in cells) for i in range(len(headers))]
-    text = tabulate(
-        cells,
-        headers=headers,
-        tablefmt="pipe",
-        disable_numparse=True,
-        colalign=["right" if figure else "left" for figure in figures],
-    )
+    align = ["right" if figure else "left" for figure in figures]
+    text = tabulate(cells, headers=headers, tablefmt="pipe", disable_numparse=True, colalign=align)
     return [*text.splitlines(), ""]
 
 
@@ -257,10 +209,8 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def times(value: float, digits: int = 2) -> str:
-    """A ratio as `1.07x`."""
     return f"{value:.{digits}f}x"
 
 
 def percent(value: float) -> str:
-    """A share as `72%`."""
     return f"{100 * value:.0f}%"

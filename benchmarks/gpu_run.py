@@ -1,17 +1,11 @@
 """The GPU run: what this project checks and measures on an offline GPU machine, in one call of 540 s that leaves,
 with the machine's start, a quick rerun (240 s) inside 15 minutes of device time (docs/testing.md#the-gpu-run):
 
-    python benchmarks/gpu_run.py prepare                 # here, once, with PyPI: gpu_wheels.txt into .whl/
-    python3 benchmarks/gpu_run.py                        # there, with .whl/: every stage (--out defaults to $OUT)
+    python3 benchmarks/gpu_run.py                        # with .whl/ (gpu_wheels.txt): every stage, into $OUT
     python3 benchmarks/gpu_run.py --quick --resume FILE  # a rerun in what is left, continuing its speed_gpu.json
 
-Stages, in order (STAGES), each a subprocess under `timeout -s INT` within the time the later stages leave it: the
-preflight (the GPU, a C compiler and Python.h for Triton, the wheels installed, the versions); kernel_tests (the
-fused gating unit's tests on the device: if they fail, the speed stage measures the PyTorch path alone); speed
-(benchmarks/speed/gpu.py, ending by its own deadline); fsdp (FSDP2 through the Trainer: a checkpoint, then a run
-resumed from it). A stage that fails or runs out of time is recorded and the run goes on; under --out, rewritten as
-each stage ends: gpu_run.json, gpu_run.log, kernel_tests.xml, speed_gpu.json and .md. Rehearsed on the CPU with
-`--device cpu`. This file needs only Python's standard library: it runs before the wheels are installed.
+Each stage (STAGES) a subprocess under `timeout -s INT`; a failing stage is recorded and the run goes on. Rehearsed
+with `--device cpu`. Standard library only: it runs before the wheels install.
 """
 
 import argparse
@@ -28,12 +22,11 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parent.parent
-WHEEL_LIST = ROOT / "benchmarks" / "gpu_wheels.txt"
-# The platforms of the GPU machines (x86-64 Linux, Python 3.12); the listed wheels are pure Python.
-WHEEL_PLATFORM = ["--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64"]
+WHEELS = ROOT / ".whl"  # benchmarks/gpu_wheels.txt, downloaded as its first lines say
+SITE, WORK = Path("/tmp/gpu_run/site"), Path("/tmp/gpu_run/work")  # the installed wheels, the FSDP runs' files
 KERNEL_TESTS = ("test_sgu_kernels.py", "test_paths_property.py")  # found by name under tests/
 TEST_TIMEOUT = 60  # seconds for one test (pytest-timeout, where installed)
-# The README's FSDP2 settings: each GMLPLayer its own group.
+# The documented FSDP2 settings (docs/scripts.md): each GMLPLayer its own group.
 FSDP_CONFIG = '{"version": 2, "transformer_layer_cls_to_wrap": ["GMLPLayer"]}'
 # Seconds per stage. The preflight took 28-38 s on an H200 with a compiled step that is gone; the two FSDP runs 33 s
 # and about as much again; the kernels' tests 80 s on an H200 before the model's property test (2026-11-28); the speed
@@ -46,8 +39,7 @@ OUTCOMES = {0: "ok", 124: "timed out (SIGINT)", 137: "timed out (killed)"}  # ti
 
 
 class Run:
-    """The run's record (gpu_run.json under `out`, rewritten as each stage ends) and its clock: a stage gets the time
-    left less what the later stages are due."""
+    """The run's record (gpu_run.json under `out`) and its clock: a stage gets the time left less the later ones'."""
 
     def __init__(self, out: Path, budgets: dict[str, float]):
         self.out, self.budgets = out, budgets
@@ -65,9 +57,8 @@ class Run:
         (self.out / "gpu_run.json").write_text(json.dumps(self.record, indent=1))
 
     def run(self, stage: str, argv: list[str], env: dict | None, seconds: float | None = None) -> dict:
-        """`argv` as a subprocess, its output appended to the log, stopped by SIGINT when its time is up (`seconds`,
-        at most what the run leaves the stage) and killed GRACE seconds later; the outcome is recorded under the
-        stage's name (a stage may run several commands)."""
+        """`argv` as a subprocess into the log, stopped by SIGINT when its time is up (at most what the run leaves the
+        stage) and killed GRACE seconds later; the outcome recorded under the stage's name."""
         seconds = min(seconds or float("inf"), self.seconds_for(stage))
         entry = {"command": argv, "seconds_allowed": round(seconds)}
         self.record["stages"].setdefault(stage, {"runs": []})["runs"].append(entry)
@@ -122,16 +113,8 @@ def json_file(path: Path) -> dict | None:
         return None
 
 
-# ---- preflight ---------------------------------------------------------------------------------------------------
-def c_compiler() -> str | None:
-    """The C compiler Triton would use ($CC, cc, gcc or clang), or None."""
-    names = (os.environ.get("CC"), "cc", "gcc", "clang")
-    return next((path for name in names if name and (path := shutil.which(name))), None)
-
-
 def install_wheels(wheels: Path, site: Path, python: str) -> dict:
-    """The wheels of `wheels` installed into `site` (a folder for PYTHONPATH) with pip, unless `site` holds these
-    wheels already (a warm machine's rerun)."""
+    """The wheels installed into `site` (for PYTHONPATH) with pip, unless it holds them already (a warm machine)."""
     names = sorted(file.name for file in wheels.glob("*.whl"))
     marker = site / ".gpu_run_wheels.json"
     if not names or json_file(marker) == names:
@@ -157,25 +140,24 @@ print(json.dumps(report), flush=True)
 """
 
 
-def environment(site: Path) -> dict:
-    """Every stage's environment: the installed wheels first on the path, offline, unbuffered output."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
-    env |= {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return env | {"PYTHONUNBUFFERED": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
-
-
 def preflight(run: Run, args) -> dict:
+    """What the machine has (a C compiler and Python.h, which Triton builds its launcher with; the wheels installed;
+    the versions and the device); returns every stage's environment: the wheels first on the path, offline."""
+    compilers = (os.environ.get("CC"), "cc", "gcc", "clang")
+    compiler = next((path for name in compilers if name and (path := shutil.which(name))), None)
     header = Path(sysconfig.get_paths()["include"]) / "Python.h"
-    found = {"python": sys.executable, "c_compiler": c_compiler(), "python_h": header.is_file()}
+    found = {"python": sys.executable, "c_compiler": compiler, "python_h": header.is_file()}
     if shutil.which("nvidia-smi"):
         query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
         found["nvidia_smi"] = subprocess.run(query, check=False, capture_output=True, text=True).stdout.strip()
     try:
-        found["wheels"] = install_wheels(args.wheels, args.site, sys.executable)
+        found["wheels"] = install_wheels(WHEELS, args.site, sys.executable)
     except (OSError, subprocess.CalledProcessError) as error:
         found["wheels"] = {"error": f"{type(error).__name__}: {error}"}
     run.record["preflight"] = found
-    env = environment(args.site)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(args.site), os.environ.get("PYTHONPATH")]))}
+    env |= {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env |= {"PYTHONUNBUFFERED": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
     probe = subprocess.run(
         [sys.executable, "-c", CHECK, args.device], check=False, env=env, cwd=ROOT, capture_output=True, timeout=120
     )
@@ -184,7 +166,6 @@ def preflight(run: Run, args) -> dict:
     return env
 
 
-# ---- the stages --------------------------------------------------------------------------------------------------
 def kernel_tests(run: Run, args, env: dict) -> bool:
     """The kernels' tests on the device; True if every file was found, some test ran and none failed."""
     found = {name: sorted(ROOT.glob(f"tests/**/{name}")) for name in KERNEL_TESTS}
@@ -203,7 +184,7 @@ def kernel_tests(run: Run, args, env: dict) -> bool:
 
 
 def speed(run: Run, args, env: dict, *, kernels_pass: bool) -> None:
-    """The speed benchmark's gpu section, ending a few seconds inside its stage (its deadline, then SIGINT)."""
+    """The speed benchmark's gpu section, ending inside its stage (its deadline, then SIGINT)."""
     seconds = run.seconds_for("speed")
     output = args.out / "speed_gpu.json"
     argv = [sys.executable, "-m", "benchmarks.speed", "--device", args.device, "--sections", "gpu", "--rounds", "3"]
@@ -232,8 +213,8 @@ train_tokenizer([DEFAULT_TRAIN_FILE], vocab_size=8192).save_pretrained(sys.argv[
 
 
 def fsdp(run: Run, args, env: dict) -> None:
-    """FSDP2 through the Trainer (the README's command, one process): a checkpoint, then a run resumed from it."""
-    work = args.work
+    """FSDP2 through the Trainer (the documented command, one process): a checkpoint, then a run resumed from it."""
+    work = WORK
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     run.run("fsdp", [sys.executable, "-c", TOKENIZER, str(work / "tokenizer")], env)
@@ -255,22 +236,10 @@ def fsdp(run: Run, args, env: dict) -> None:
     run.save()
 
 
-# ---- prepare (here, with PyPI) -----------------------------------------------------------------------------------
-def prepare(wheels: Path) -> None:
-    """Download the wheel list into `wheels`."""
-    wheels.mkdir(parents=True, exist_ok=True)
-    download = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", *WHEEL_PLATFORM]
-    subprocess.run([*download, "-d", str(wheels), "-r", str(WHEEL_LIST)], check=True)
-    size = sum(path.stat().st_size for path in wheels.glob("*.whl"))
-    print(f"{wheels}: {len(list(wheels.glob('*.whl')))} wheels, {size / 2**20:.0f} MiB")
-
-
-# ---- the command line --------------------------------------------------------------------------------------------
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="benchmarks/gpu_run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", nargs="?", choices=("run", "prepare"), default="run")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-run-out")), help="default: $OUT")
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a rehearsal at tiny sizes")
     parser.add_argument("--quick", action="store_true", help=f"the rerun's budget: {QUICK}")
@@ -280,9 +249,7 @@ def parse_args(argv=None):
     )
     parser.add_argument("--parts", help="the speed stage's parts (benchmarks/speed/gpu.py's PARTS; default: all)")
     parser.add_argument("--resume", type=Path, help="a speed_gpu.json of an earlier run on this device to continue")
-    parser.add_argument("--wheels", type=Path, default=ROOT / ".whl", help="the carried wheels (default: .whl)")
-    parser.add_argument("--site", type=Path, default=Path("/tmp/gpu_run/site"), help="where the wheels install")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/gpu_run/work"), help="the FSDP runs' files")
+    parser.add_argument("--site", type=Path, default=SITE, help="where the wheels install")
     args = parser.parse_args(argv)
     if args.resume and not args.resume.is_file():
         parser.error(f"--resume {args.resume}: no such file; give the speed_gpu.json of an earlier run")
@@ -290,8 +257,7 @@ def parse_args(argv=None):
 
 
 def budgets(args) -> dict[str, float]:
-    """The stages to run (`--stages`, or all) and their seconds (`--quick`'s, or the full run's; `--budget` scales
-    every stage's but the preflight's)."""
+    """The stages to run and their seconds (`--budget` scales every stage's but the preflight's)."""
     chosen = dict(QUICK if args.quick else STAGES)
     if args.stages:
         if unknown := sorted(set(args.stages) - set(STAGES)):
@@ -305,9 +271,6 @@ def budgets(args) -> dict[str, float]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.command == "prepare":
-        prepare(args.wheels)
-        return 0
     run = Run(args.out, budgets(args))
     env = preflight(run, args)
     kernels_pass = kernel_tests(run, args, env) if "kernel_tests" in run.budgets else True

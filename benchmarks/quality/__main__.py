@@ -1,26 +1,31 @@
-"""`python -m benchmarks.quality` (or `python benchmarks/quality`): run the chosen parts, reusing every record, then
-write quality.json, quality.md, the curves, and the tables inside docs/quality.md."""
+"""Small-scale test of the paper's quality claims, sized for a 2-core CPU, with the project's own scripts: gMLP, aMLP,
+BERT and ModernBERT at 2.3M parameters, one tokenizer and the same data, each pretrained by run_mlm.py under the
+recipe its own search chose, then fine-tuned by run_glue.py / run_squad.py (docs/quality.md: the set-up and results).
+
+    python -m benchmarks.quality                    # every part but step_time
+    python -m benchmarks.quality --parts step_time  # seconds per step of each model: alone, on a quiet machine
+    python -m benchmarks.quality --report_only      # the tables from the records, starting nothing
+
+The parts run in PARTS' order (each alone with --parts, making the runs it builds on); each finished run's record,
+written to benchmarks/results/quality_runs/ at once, is reused by any later invocation with the same settings. The
+report (quality.json, .md, the curves, the tables marked <!-- quality:NAME --> in the docs) is made of the records.
+"""
 
 import argparse
 import json
-import sys
+import math
+import re
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as `python benchmarks/quality`: make the package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    __package__ = "benchmarks.quality"
-
-from benchmarks.quality import __doc__ as DOC
-from benchmarks.quality import report
-from benchmarks.quality.context import ROOT, Context
-from benchmarks.quality.finetuning import TASKS, prepare_splits
-from benchmarks.quality.models import MODELS
-from benchmarks.quality.parts import PARTS, collect
+from . import tables
+from .context import MODELS, ROOT, Context
+from .finetuning import TASKS, prepare_splits
+from .parts import PARTS, collect
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.quality", description=DOC, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmarks.quality", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add = parser.add_argument
     default_parts = [part for part in PARTS if part != "step_time"]
@@ -44,12 +49,98 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--work_dir", type=Path, default=ROOT.parent / "quality-work", help="checkpoints, logs, splits")
     add("--output", type=Path, default=ROOT / "benchmarks" / "results" / "quality.json")
     add("--no_docs", action="store_true", help="leave docs/quality.md as it is")
-    add(
-        "--report_only",
-        action="store_true",
-        help="start no run: the tables from the records there are (a missing run is left out and named)",
-    )
+    add("--report_only", action="store_true", help="start no run: the tables of the records there are")
     return parser.parse_args(argv)
+
+
+PAGES = (ROOT / "docs" / "quality.md",)  # the pages with generated tables
+
+
+def markdown(results: dict, rendered: dict) -> str:
+    s = results["settings"]
+    lines = [
+        f"Pretraining: WikiText-2 train, {s['max_steps']} steps x batch {s['batch_size']} x 128 tokens; validation on {s['max_eval_samples']} sequences of valid (fixed mask), test on as many of test; fine-tuning {s['finetune_steps']} steps x batch 32; seeds {s['seeds']}; mean ± standard deviation.",
+        "",
+    ]
+    for name, table in rendered.items():
+        lines += [f"### {tables.SECTIONS[name][0]}", "", table, ""]
+    return "\n".join(lines)
+
+
+def filled(text: str, rendered: dict) -> str:
+    """`text` with each marked table NAME rewritten (left as it is where NAME is not measured yet)."""
+    for name, table in rendered.items():
+        pattern = re.compile(rf"(<!-- quality:{name} -->\n).*?(<!-- /quality:{name} -->)", re.DOTALL)
+        text = pattern.sub(lambda match, table=table: match.group(1) + table + "\n" + match.group(2), text)
+    return text
+
+
+def plot_floor(axis, floor: float) -> None:
+    axis.axhline(floor, color="gray", linestyle=":", label="unigram")
+    axis.axhline(floor / 4, color="gray", linestyle="--", label="unigram / 4")
+
+
+def plot(results: dict, path: Path) -> None:
+    """Validation perplexity against steps and against training time (final runs, every seed), the training loss,
+    and each model's search runs with its long run, each panel with the unigram floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    floor = results["pretrain_reference"]["unigram"]["valid"]["perplexity"]
+    times = results.get("step_time", {}).get("models", {})
+    figure, axes = plt.subplots(2, 4, figsize=(21, 9), squeeze=False)
+    axes[0][3].axis("off")
+    panels = [
+        (axes[0][0], "step", "curves", "validation perplexity (fixed mask), final recipe"),
+        (axes[0][1], "minutes", "curves", "validation perplexity against training time (1 thread)"),
+        (axes[0][2], "step", "train_loss_curves", "training loss"),
+    ]
+    for axis, x_label, key, title in panels:
+        for index, name in enumerate(results.get("pretrain") or results.get("search") or {}):
+            row = results.get("pretrain", {}).get(name)
+            if not row or (x_label == "minutes" and name not in times):
+                continue
+            scale = times[name]["train_step_seconds"] / 60 if x_label == "minutes" else 1
+            for seed, curve in enumerate(row[key]):
+                steps, values = zip(*curve)
+                label = name if seed == 0 else None
+                axis.plot([step * scale for step in steps], values, color=f"C{index}", alpha=0.7, label=label)
+        if key == "train_loss_curves":
+            axis.axhline(math.log(floor), color="gray", linestyle=":", label="unigram (ln ppl)")
+        else:
+            plot_floor(axis, floor)
+            axis.set_yscale("log")
+        axis.set(xlabel=x_label, title=title)
+        axis.legend(fontsize=8)
+        axis.grid(alpha=0.3)
+    for axis, name in zip(axes[1], MODELS):
+        for index, run in enumerate(results.get("search", {}).get(name, {}).get("runs", [])):
+            axis.plot(*zip(*run["curve"]), color=f"C{index}", label=tables.describe(run))
+        if run := results.get("long", {}).get(name):
+            label = f"{tables.describe(run['recipe'])}, {run['max_steps']:,} steps"
+            axis.plot(*zip(*run["curve"]), color="black", linestyle="-.", label=label)
+        plot_floor(axis, floor)
+        axis.set(yscale="log", xlabel="step", title=f"{name}: recipe search and long run, validation perplexity")
+        axis.legend(fontsize=7)
+        axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def write(results: dict, output: Path, *, docs: bool) -> str:
+    """quality.md and the plot beside `output`; with `docs`, the tables into docs/quality.md."""
+    rendered = tables.rendered(results)
+    report = markdown(results, rendered)
+    output.with_suffix(".md").write_text(report)
+    if results.get("pretrain_reference"):
+        plot(results, output.with_name(f"{output.stem}_curves.png"))
+    if docs:
+        for path in PAGES:
+            path.write_text(filled(path.read_text(), rendered))
+    return report
 
 
 def main(argv=None) -> None:
@@ -57,9 +148,8 @@ def main(argv=None) -> None:
     ctx = Context(args)
     if not args.report_only:
         if not (ctx.wikitext / "train.txt").exists():
-            raise SystemExit(
-                f"WikiText-2 not found under {args.data}; pass --data pointing at the shared data folder."
-            )
+            message = f"WikiText-2 not found under {args.data}; pass --data pointing at the shared data folder."
+            raise SystemExit(message)
         ctx.prepare_tokenizer()
         prepare_splits(ctx)
         for part in PARTS:  # in their order, each making its runs side by side (a part makes what it builds on)
@@ -68,7 +158,7 @@ def main(argv=None) -> None:
     results = collect(ctx)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=1) + "\n")
-    print(report.write(results, args.output, docs=not args.no_docs))
+    print(write(results, args.output, docs=not args.no_docs))
 
 
 if __name__ == "__main__":

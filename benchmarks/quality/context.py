@@ -1,4 +1,5 @@
-"""What every part shares: the options, the models, the run records, and running the project's scripts."""
+"""What every part shares: the models (at equal parameter count, and the rows of the paper's Table 3), the options,
+the run records, and running the project's scripts."""
 
 import hashlib
 import json
@@ -7,26 +8,110 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-from .models import GMLP_TINY, MODELS, model_configs
+from transformers import AutoModelForMaskedLM, BertConfig, DebertaV2Config, ModernBertConfig
 
-ROOT = Path(__file__).resolve().parents[2]
+from gmlp import GMLPConfig
+
+from .. import common
+from ..common import KEEP_FREED_MEMORY, ROOT
+
+# gmlp-tiny: 8 blocks, d_model 128, d_ffn 768, n 128, an 8,192-token WordPiece vocabulary trained on the data.
+GMLP_TINY = {
+    "vocab_size": 8192,
+    "hidden_size": 128,
+    "intermediate_size": 768,
+    "num_hidden_layers": 8,
+    "max_position_embeddings": 128,
+    "spatial_fft_min_length": 1024,  # the CPU's cross-over, which the records' keys name (n = 128: never the FFT)
+}
+MODELS = ("bert", "modernbert", "gmlp", "amlp")  # slowest first: its runs take the first free slot
+# Pretraining-only rows that make the dropout equal: each model's chosen recipe at the other models' dropout (0.1 is
+# gMLP's and BERT's default on embeddings, attention and block outputs; ModernBERT's is 0).
+DROPOUT_VARIANTS = {"modernbert-dropout0.1": ("modernbert", 0.1), "gmlp-dropout0": ("gmlp", 0.0)}
+DROPOUT_FIELDS = {
+    ModernBertConfig: ("embedding_dropout", "attention_dropout", "mlp_dropout"),
+    GMLPConfig: ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+    BertConfig: ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+}
+SGU_VARIANTS = ("multiplicative_split", "multiplicative", "additive", "linear")
+# Table 3's Transformer rows this benchmark can run: name -> the model whose chosen recipe it trains with. ModernBERT
+# (rotary positions) stands in for the paper's BERT with relative position biases; DeBERTa-v2 (relative attention,
+# the closest stock relative-position BERT) has no search of its own and takes BERT's recipe.
+TABLE3_TRANSFORMERS = {"bert": "bert", "modernbert": "modernbert", "deberta-v2": "bert"}
+
+
+def config_parameters(config) -> int:
+    """The parameter count of `config`'s masked-LM model (tied weights once)."""
+    return common.parameters_of(lambda: AutoModelForMaskedLM.from_config(config))
+
+
+def dropout_of(config) -> float:
+    """The dropout the pretraining model trains with (they are equal where a model has several)."""
+    return getattr(config, DROPOUT_FIELDS[type(config)][0])
+
+
+def model_configs() -> dict:
+    """name -> config, at nearly equal parameter count: aMLP drops a block for its tiny attention (as aMLP-base has 36
+    to gMLP-base's 48), the transformers match by FFN width; a dropout variant changes every dropout but the heads'."""
+    gmlp = GMLPConfig(**GMLP_TINY)
+    target = config_parameters(gmlp)
+    configs = {
+        "bert": common.bert_config(GMLP_TINY, target),
+        "modernbert": common.modernbert_config(GMLP_TINY, target),
+        "gmlp": gmlp,
+        "amlp": GMLPConfig(**{**GMLP_TINY, "num_hidden_layers": 7, "tiny_attention_size": 32}),
+    }
+    for variant, (name, dropout) in DROPOUT_VARIANTS.items():
+        config = configs[name]
+        fields = config.to_dict() | dict.fromkeys(DROPOUT_FIELDS[type(config)], dropout)
+        configs[variant] = type(config).from_dict(fields)
+    return configs
+
+
+def table3_transformer_configs() -> dict:
+    """Table 3's Transformer rows at gMLP-tiny's count: BERT and ModernBERT, and stock DeBERTa-v2 with its relative
+    attention (c2p and p2c, 64 log buckets) and no absolute positions (its attention is eager only)."""
+    configs = model_configs()
+    fields = {
+        **common.transformer_shape(GMLP_TINY),
+        "relative_attention": True,
+        "position_buckets": 64,
+        "pos_att_type": ["p2c", "c2p"],
+        "position_biased_input": False,
+        **common.SPECIAL_TOKEN_IDS,
+    }
+    target = config_parameters(configs["gmlp"])
+    deberta = common.with_matched_width(DebertaV2Config, fields, "intermediate_size", target)
+    return {"bert": configs["bert"], "modernbert": configs["modernbert"], "deberta-v2": deberta}
+
+
+def sgu_configs() -> dict:
+    """Table 3's SGU variants at gMLP-tiny's shape, and the split SGU widened to the unsplit variants' count."""
+    configs = {variant: GMLPConfig(**GMLP_TINY, sgu_variant=variant) for variant in SGU_VARIANTS}
+
+    def split(width):
+        return GMLPConfig(**{**GMLP_TINY, "intermediate_size": 2 * (width // 2)})
+
+    target, low = config_parameters(configs["multiplicative"]), GMLP_TINY["intermediate_size"]
+    configs["multiplicative_split, wider"] = split(
+        common.fit_affine(lambda w: config_parameters(split(w)), target, low, 2 * low)
+    )
+    return configs
+
+
 # The committed records' tokenizer: the first 12 hex digits of the sha256 of the tokenizer.json that
 # `python -m gmlp.tokenization_gmlp --train_files <data>/wikitext-2/train.txt --vocab_size 8192 --model_max_length 128`
 # writes (deterministic; tokenizers 0.23.3). A --report_only run where it has not been built keys the records by it.
 RECORDS_TOKENIZER = "30816898859b"
 TRAIN_FILE = "train.txt"  # of WikiText-2: pretraining and the tokenizer; valid.txt for choices, test.txt reported
-# glibc would otherwise hand an MLM step's large logits buffers back to the kernel after every step (its mmap and trim
-# thresholds: set for the runs by MALLOC_*_THRESHOLD_, for the step times by mallopt).
-KEEP_FREED_MEMORY = 2**31 - 1
 # Config fields that do not decide a training run's result (bookkeeping, and defaults that only inference reads):
 # left out of the settings key, so that a new field of this kind does not orphan the finished runs.
 KEY_IGNORED_CONFIG_FIELDS = {
     *("transformers_version", "use_cache", "auto_map", "_name_or_path", "architectures", "dtype"),
     *("output_attentions", "output_hidden_states", "return_dict"),
     "recompute_gating",  # memory against time only: the same gradients (tests/model/test_modeling.py)
-    "sgu_kernel",  # how the same gating unit runs (Triton or PyTorch), tested equal (tests/model/test_paths_property.py)
+    "sgu_kernel",  # how the same gating unit runs (Triton or PyTorch), tested equal (tests/model/test_paths_property)
 }
 
 
@@ -35,8 +120,7 @@ class MissingRun(Exception):
 
 
 def settings_key(settings: dict) -> str:
-    """A short hash of the settings that decide a run's result: part of its record's name, so that a record is reused
-    only by a run with the same settings."""
+    """A short hash of the settings that decide a run's result: part of its record's name."""
     if "config" in settings:
         config = {k: v for k, v in settings["config"].items() if k not in KEY_IGNORED_CONFIG_FIELDS}
         settings = {**settings, "config": config}
@@ -44,7 +128,6 @@ def settings_key(settings: dict) -> str:
 
 
 def pick(mapping: dict, keys) -> dict:
-    """`mapping`'s items of `keys`, in that order."""
     return {key: mapping[key] for key in keys}
 
 
@@ -65,8 +148,7 @@ class Context:
 
     @property
     def tokenizer_hash(self) -> str:
-        """The first 12 hex digits of the sha256 of the tokenizer's `tokenizer.json` (RECORDS_TOKENIZER before it is
-        built): part of every run's settings, so that a record is reused only with the tokenizer it was made with."""
+        """The sha256 (12 digits) of the tokenizer's `tokenizer.json` (before it is built: RECORDS_TOKENIZER)."""
         path = self.tokenizer / "tokenizer.json"
         return hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.exists() else RECORDS_TOKENIZER
 
@@ -93,7 +175,6 @@ class Context:
             return None
 
     def parallel(self, function, items: list) -> list:
-        """`function` over `items` in threads, results in order."""
         with ThreadPoolExecutor(max(1, len(items))) as pool:
             return list(pool.map(function, items))
 
@@ -125,7 +206,7 @@ class Context:
                 "output_dir": self.tokenizer,
                 "model_max_length": 128,
             }
-            self.script("-m gmlp.tokenization_gmlp", {**options, "vocab_size": GMLP_TINY["vocab_size"]}, "tokenizer")
+            self.script("-m gmlp.tokenization_gmlp", options | {"vocab_size": GMLP_TINY["vocab_size"]}, "tokenizer")
         if self.tokenizer_hash != RECORDS_TOKENIZER:
             message = f"  the tokenizer built here (sha256 {self.tokenizer_hash}...) is not the committed records' ({RECORDS_TOKENIZER}...; another version of tokenizers?): every run is made afresh for it"
             print(message, file=sys.stderr)

@@ -1,13 +1,6 @@
-"""Fine-tuning runs: each model's pretrained checkpoints fine-tuned by run_glue.py / run_squad.py.
-
-- the rate: SST-2 at each --finetune_learning_rates (first seed); every task then uses the model's best one;
-- SST-2, MNLI-m (dev split) and SQuAD v1.1 (dev split) at every seed, each seed's checkpoint with that seed; on
-  sentence pairs gMLP and aMLP pool the mean of the tokens (with the first token they stayed at MNLI's majority
-  class in an earlier round), the transformers their head's default (the first token);
-- the transformers' recipe probes (first seed, SST-2 and MNLI): BERT's, the changes its head allows (no dropout, 30%
-  warm-up, its second-best rate); ModernBERT's, mean pooling. A probe that beats the model's recipe by a point or more
-  on a task is run at every seed as a row of its own.
-"""
+"""Fine-tuning runs (docs/quality.md: the set-up): each seed's pretrained checkpoint by run_glue.py / run_squad.py
+with that seed, at the model's best rate of an SST-2 sweep (first seed); gMLP and aMLP pool the mean on sentence pairs;
+the transformers' recipe probes (first seed) each run at every seed where they beat the recipe by a point or more."""
 
 import json
 import random
@@ -120,7 +113,7 @@ def finetune(ctx: Context, task: str, name: str, seed: int, learning_rate: float
 
 
 def recipe(name: str, task: str) -> dict:
-    """The task's fine-tuning recipe for the model beyond its rate: mean pooling on sentence pairs for gMLP and aMLP."""
+    """The task's fine-tuning recipe beyond the model's rate: mean pooling on sentence pairs for gMLP and aMLP."""
     return {"overrides": MEAN_POOLING} if name in ("gmlp", "amlp") and task == "mnli" else {}
 
 

@@ -6,19 +6,11 @@ import math
 
 import numpy as np
 
-from .context import Context, pick
+from . import context
+from .context import DROPOUT_VARIANTS, TABLE3_TRANSFORMERS, Context, config_parameters, dropout_of, pick
 from .finetuning import TASK_METRICS, TASKS, model_chain
-from .models import (
-    DROPOUT_VARIANTS,
-    TABLE3_TRANSFORMERS,
-    config_parameters,
-    dropout_of,
-    sgu_configs,
-    table3_transformer_configs,
-)
 from .pretraining import RECIPE_FIELDS, SEARCH_SCHEDULE, best, final_recipe, pretrain, search
-from .reference import reference_part
-from .step_time import step_time_part
+from .reference import reference_part, step_time_part
 
 # a run record's field -> the seed-by-seed list of the parts' rows
 SEED_FIELDS = {
@@ -52,8 +44,7 @@ def by_seed(runs: list[dict], fields=tuple(SEED_FIELDS)) -> dict:
 
 
 def search_part(ctx: Context) -> dict:
-    """Per model: every search run (recipe, validation and test perplexity, curve) and the chosen recipe (the best so
-    far while the search is incomplete)."""
+    """Per model: every search run (recipe, figures, curve) and the chosen recipe (or the best so far)."""
 
     def one(name):
         runs, complete = search(ctx, name)
@@ -68,7 +59,7 @@ def search_part(ctx: Context) -> dict:
 
 
 def pretrain_part(ctx: Context) -> dict:
-    """Per model, then per dropout variant of those: its recipe, dropout and, seed by seed, every figure of its runs."""
+    """Per model, then per dropout variant: its recipe, dropout and, seed by seed, every figure of its runs."""
 
     def one(name):
         runs = seed_runs(ctx, name)
@@ -96,11 +87,7 @@ def long_part(ctx: Context) -> dict:
         recipe = ctx.available(long_recipe, ctx, name)
         run = recipe and ctx.available(pretrain, ctx, name, ctx.args.seeds[0], recipe)
         fields = ("seed", "perplexity", "test_perplexity", "accuracy", "curve", "accuracy_curve")
-        return run and {
-            "recipe": pick(recipe, RECIPE_FIELDS),
-            "max_steps": recipe["max_steps"],
-            **pick(run, fields),
-        }
+        return run and {"recipe": pick(recipe, RECIPE_FIELDS), "max_steps": recipe["max_steps"], **pick(run, fields)}
 
     return per_name(ctx, one, ctx.models)
 
@@ -114,12 +101,11 @@ def sgu_recipe(ctx: Context, name: str) -> dict:
 
 
 def sgu_part(ctx: Context) -> dict:
-    """Table 3 at --sgu_steps, every seed: the SGU variants with gMLP's recipe (when gMLP is asked for), the split one
-    also widened to the others' size; the Transformer rows of the models asked for, each with its recipe model's
-    (DeBERTa-v2 comes with BERT). Per row: parameters, width and the seeds' validation and test perplexities."""
+    """Table 3 at --sgu_steps, every seed: the SGU variants with gMLP's recipe (when gMLP is asked for), and the
+    Transformer rows of the models asked for, each with its recipe model's (DeBERTa-v2 comes with BERT)."""
     recipe = ctx.available(sgu_recipe, ctx, "gmlp") if "gmlp" in ctx.models else None
-    variants = sgu_configs() if recipe else {}
-    transformers = table3_transformer_configs()
+    variants = context.sgu_configs() if recipe else {}
+    transformers = context.table3_transformer_configs()
     transformers = {name: config for name, config in transformers.items() if TABLE3_TRANSFORMERS[name] in ctx.models}
 
     def row(name, config, row_recipe, **extra):
@@ -139,9 +125,8 @@ def sgu_part(ctx: Context) -> dict:
         return row(run_name, config, recipe)
 
     def transformer(name):
-        recipe_of = TABLE3_TRANSFORMERS[name]
-        row_recipe = ctx.available(sgu_recipe, ctx, recipe_of)
-        return row_recipe and row(name, transformers[name], row_recipe, recipe_of=recipe_of)
+        row_recipe = ctx.available(sgu_recipe, ctx, TABLE3_TRANSFORMERS[name])
+        return row_recipe and row(name, transformers[name], row_recipe, recipe_of=TABLE3_TRANSFORMERS[name])
 
     found = {
         "recipe": recipe,
@@ -198,16 +183,13 @@ def at_step(curve: list, step: float) -> float:
 
 
 def derive(results: dict) -> dict:
-    """The figures the tables read off the curves, seed by seed: where each run first reaches half and a quarter of
-    the unigram perplexity, and (with the step times) each model's perplexity at the equal-time budget, the fastest
-    model's full run, interpolated at the step count that budget buys it."""
+    """Read off the curves, seed by seed: each run's first step at half and a quarter of the unigram perplexity, and
+    its perplexity at the equal-time budget (the fastest model's full run), interpolated at the steps it buys."""
     floor = results["pretrain_reference"]["unigram"]["valid"]["perplexity"]
     derived = {
         name: {
-            f"first_step_at_unigram_over_{divisor}": [
-                first_step_below(curve, floor / divisor) for curve in row["curves"]
-            ]
-            for divisor in (2, 4)
+            f"first_step_at_unigram_over_{d}": [first_step_below(curve, floor / d) for curve in row["curves"]]
+            for d in (2, 4)
         }
         for name, row in results["pretrain"].items()
     }
@@ -225,8 +207,7 @@ def derive(results: dict) -> dict:
 
 
 def run_part(name: str, record: dict, args) -> str:
-    """The part a record's run belongs to, from its name and its length (the SGU part's split variant at gMLP's
-    shape is gMLP's own run name, at --sgu_steps)."""
+    """The part a record's run belongs to, by its name and length (gMLP's own run name is also the SGU part's)."""
     if record["kind"] == "finetune":
         return "fine-tuning"
     steps = record["settings"]["max_steps"]
@@ -238,8 +219,7 @@ def run_part(name: str, record: dict, args) -> str:
 
 
 def runtimes(ctx: Context) -> dict:
-    """Per part: how many records and their summed training time as the Trainer measured it (two runs at a time
-    beside other work: wall-clock, not CPU time)."""
+    """Per part: how many records and their summed training time as the Trainer measured it (wall-clock)."""
     parts = {}
     for path in sorted(ctx.records.glob("*.json")):
         record = json.loads(path.read_text())
@@ -251,8 +231,7 @@ def runtimes(ctx: Context) -> dict:
 
 
 def collect(ctx: Context) -> dict:
-    """Every part's results from the records (a missing run is left out and named), the derived figures, and the
-    runs' time."""
+    """Every part's results from the records (a missing run left out, named), the derived figures, the runs' time."""
     ctx.args.report_only = True
     results = {"settings": {key: value for key, value in vars(ctx.args).items() if key not in NOT_SETTINGS}}
     for key, part in PARTS.values():

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from gmlp.tasks.checkpoints import checkpoint_folders, checkpoint_problem
 
-from .context import TRAIN_FILE, Context, MissingRun, pick, settings_key
-from .models import DROPOUT_VARIANTS
+from .context import DROPOUT_VARIANTS, TRAIN_FILE, Context, MissingRun, pick, settings_key
 
 RECIPE_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps")
 SEARCH_SCHEDULE = "constant_with_warmup"
@@ -46,9 +45,8 @@ def finished(output: Path, max_steps: int) -> bool:
 
 
 def pretrain(ctx: Context, name: str, seed: int, recipe=None, config=None, *, need_checkpoint=False) -> dict:
-    """The record of `name`'s pretraining under `recipe` (default: the model's chosen one; a dropout variant's is its
-    model's) with `seed`: validation perplexity, accuracy and their curves, and the last checkpoint's test figures.
-    A run whose record is missing is made, or taken from its output where it finished before its record was written."""
+    """The record of `name`'s pretraining under `recipe` (default: its model's chosen one) with `seed`, made if missing
+    (or taken from its output where it finished before its record was written)."""
     config = ctx.configs[name] if config is None else config
     recipe = final_recipe(ctx, DROPOUT_VARIANTS.get(name, (name,))[0]) if recipe is None else recipe
     run_settings = settings(ctx, config, recipe)
@@ -91,8 +89,7 @@ def pretrain(ctx: Context, name: str, seed: int, recipe=None, config=None, *, ne
 
 
 def training_time(output: Path, history: list[dict], max_steps: int) -> float | None:
-    """The run's training time in seconds as the Trainer measured it; for a resumed run, its last part's time per step
-    times all the steps (the Trainer times only the part since the resume)."""
+    """The training time (s) as the Trainer measured it; for a resumed run, its last part's per step times all."""
     runtime = next((e["train_runtime"] for e in history if "train_runtime" in e), None)
     start = output / START_STEP_FILE
     start_step = int(start.read_text()) if start.exists() else 0
@@ -100,8 +97,7 @@ def training_time(output: Path, history: list[dict], max_steps: int) -> float | 
 
 
 def run_mlm(ctx: Context, run_name: str, output: Path, config, run_settings: dict, seed: int) -> None:
-    """run_mlm.py with the run's settings, into `output`, saving a checkpoint at each evaluation; a run interrupted
-    earlier (the benchmark stopped, the machine gone) resumes from its newest complete checkpoint."""
+    """run_mlm.py with the run's settings into `output`, a checkpoint per evaluation; resumes an interrupted run."""
     config_dir = ctx.args.work_dir / "configs" / run_name
     config.save_pretrained(config_dir)
     complete = [checkpoint for checkpoint in checkpoint_folders(output) if checkpoint_problem(checkpoint) is None]
@@ -145,12 +141,9 @@ def neighbour(rate: float, *, up: bool) -> float:
 
 
 def search(ctx: Context, name: str) -> tuple[list[dict], bool]:
-    """The same recipe search for every model (first seed, --max_steps each): every run's record in order, and
-    whether the search is complete (with --report_only it stops at the first stage with a missing run).
-    (a) the rates of --search_rates (and the model's EXTRA_RATES), constant after --warmup_steps of warm-up, the
-    grid (1, 3, 10, 30, ... x 10^k) extended beyond whichever end wins (at most twice); (b) the best rate with
-    --long_warmup_steps; (c) the best so far with a linear decay to zero instead of the constant rate. Choices by
-    validation perplexity only."""
+    """The same recipe search for every model (first seed): the runs' records, and whether it is complete. (a) the
+    rates of --search_rates (and EXTRA_RATES), constant after warm-up, the grid (1, 3, 10, 30, ... x 10^k) extended
+    beyond the winning end (at most twice); (b) the best with --long_warmup_steps; (c) the best with a linear decay."""
     args = ctx.args
     base = {"lr_scheduler_type": SEARCH_SCHEDULE, "warmup_steps": args.warmup_steps}
     rates = sorted({*args.search_rates, *EXTRA_RATES.get(name, ())})

@@ -4,8 +4,8 @@ the title it has in the report and the results it needs."""
 import numpy as np
 
 from ..common import markdown_table
+from .context import MODELS
 from .finetuning import PROBE_TASKS, TASK_METRICS
-from .models import MODELS
 from .parts import at_step, first_step_below
 
 TASK_NAMES = {"sst2": "SST-2 (dev)", "mnli": "MNLI-m (dev split)", "squad": "SQuAD v1.1 (dev split)"}
@@ -17,15 +17,8 @@ SUMMARY_TASKS = (
 )
 # Table 3's MLM validation perplexities (about 100M parameters, the paper's own pretraining); BERT with relative
 # position biases for the relative-position Transformers.
-PAPER_TABLE3 = {
-    "linear": 5.14,
-    "additive": 4.97,
-    "multiplicative": 4.53,
-    "multiplicative_split": 4.35,
-    "bert": 4.37,
-    "modernbert": 4.26,
-    "deberta-v2": 4.26,
-}
+PAPER_TABLE3 = {"linear": 5.14, "additive": 4.97, "multiplicative": 4.53, "multiplicative_split": 4.35}  # SGUs
+PAPER_TABLE3 |= {"bert": 4.37, "modernbert": 4.26, "deberta-v2": 4.26}  # the Transformers
 LONG_CHANGE_STEPS = 1000  # the long runs' table: the perplexity's change over this many last steps (at most)
 UNIGRAM = "training-split frequencies, add-one"
 # name -> (title, the table, the results it needs: keys of quality.json, "part.key" for a key inside a part), in the
@@ -34,7 +27,6 @@ SECTIONS = {}
 
 
 def section(title: str, *needs: str):
-    """Adds the table to SECTIONS."""
 
     def add(table):
         SECTIONS[table.__name__] = (title, table, needs)
@@ -79,6 +71,10 @@ def describe(recipe: dict) -> str:
     return f"lr {recipe['learning_rate']:g}, warm-up {recipe['warmup_steps']}, {schedule}"
 
 
+def valid_floor(results: dict) -> float:
+    return results["pretrain_reference"]["unigram"]["valid"]["perplexity"]
+
+
 @section("The unigram floor (`pretrain_reference`)", "pretrain_reference")
 def reference(results: dict) -> str:
     rows = [
@@ -114,7 +110,6 @@ def step_time(results: dict) -> str:
 def search(results: dict) -> str:
     """One row per search run: its recipe, the validation perplexity at the end, and the first evaluation at or
     below half and a quarter of the unigram perplexity (where the model leaves the plateau)."""
-    floor = results["pretrain_reference"]["unigram"]["valid"]["perplexity"]
     rows = []
     for name, found in results["search"].items():
         mark = " **(chosen)**" if found["complete"] else " (best so far; search under way)"
@@ -122,8 +117,8 @@ def search(results: dict) -> str:
             chosen = all(run[key] == value for key, value in found["chosen"].items())
             row = {"model": name, "recipe": describe(run) + (mark if chosen else "")}
             row["validation perplexity"] = f"{run['perplexity']:.1f}"
-            for divisor in (2, 4):
-                row[f"step at ≤ unigram / {divisor}"] = first_step_below(run["curve"], floor / divisor) or "never"
+            for d in (2, 4):
+                row[f"step at ≤ unigram / {d}"] = first_step_below(run["curve"], valid_floor(results) / d) or "never"
             rows.append(row)
     return markdown_table(rows)
 
@@ -143,10 +138,8 @@ def pretrain_steps(results: dict) -> str:
             "masked-token accuracy, validation (%)": mean_std(row["accuracies"], 100),
             "validation, seed by seed": seed_by_seed(row["perplexities"]),
             **{
-                f"first step at ≤ unigram / {divisor}": steps_by_seed(
-                    derived[name][f"first_step_at_unigram_over_{divisor}"]
-                )
-                for divisor in (2, 4)
+                f"first step at ≤ unigram / {d}": steps_by_seed(derived[name][f"first_step_at_unigram_over_{d}"])
+                for d in (2, 4)
             },
         }
         for name, row in results["pretrain"].items()
@@ -178,8 +171,7 @@ def pretrain_time(results: dict) -> str:
         for name, row in results["pretrain"].items()
         if name in times
     ]
-    floor = results["pretrain_reference"]["unigram"]["valid"]["perplexity"]
-    rows.append({"model": "unigram (reference)", "validation perplexity": f"{floor:.1f}"})
+    rows.append({"model": "unigram (reference)", "validation perplexity": f"{valid_floor(results):.1f}"})
     budget = f"Budget: {derived['equal_time_budget_seconds'] / 60:.1f} minutes of training on one thread"
     return f"{budget} (evaluations not counted).\n\n{markdown_table(rows)}"
 
@@ -191,11 +183,9 @@ def change(curve: list, over: int) -> float:
 
 @section("Longer pretraining at a constant rate (seed 0)", "long", "pretrain_reference")
 def long(results: dict) -> str:
-    """One row per model: the validation perplexity at each multiple of the tables' step count, its change over the
-    last LONG_CHANGE_STEPS steps (or those past the tables' step count, if fewer), the first evaluation at or below a
-    quarter of the unigram perplexity, and the end's test perplexity; the unigram floor beside them."""
-    floor = results["pretrain_reference"]["unigram"]
-    settings = results["settings"]
+    """Per model: the validation perplexity at each multiple of the tables' step count, its change over the last
+    LONG_CHANGE_STEPS steps (at most those past that count), where it leaves the plateau, the test perplexity."""
+    floor, settings = results["pretrain_reference"]["unigram"], results["settings"]
     marks = range(settings["max_steps"], settings["long_steps"] + 1, settings["max_steps"])
     over = min(LONG_CHANGE_STEPS, settings["long_steps"] - settings["max_steps"])
     test = f"test ppl, step {settings['long_steps']:,}"
@@ -205,7 +195,7 @@ def long(results: dict) -> str:
             "recipe": describe(row["recipe"]),
             **{f"valid ppl, step {mark:,}": f"{at_step(row['curve'], mark):.1f}" for mark in marks},
             f"change over the last {over:,} steps": f"{100 * change(row['curve'], over):+.1f}%",
-            "step at ≤ unigram / 4": first_step_below(row["curve"], floor["valid"]["perplexity"] / 4) or "never",
+            "step at ≤ unigram / 4": first_step_below(row["curve"], valid_floor(results) / 4) or "never",
             test: f"{row['test_perplexity']:.1f}",
         }
         for name, row in results["long"].items()
@@ -223,10 +213,11 @@ def finetune_rate(results: dict) -> str:
     rates = sorted({float(rate) for row in sweep.values() for rate in row})
     rows = []
     for name, by_rate in sweep.items():
-        cells = {f"lr {rate:g}": by_rate.get(str(rate)) for rate in rates}
         best = max(by_rate.values())
-        for column, value in cells.items():
-            cells[column] = "–" if value is None else f"{100 * value:.1f}" + (" (best)" if value == best else "")
+        cells = {f"lr {rate:g}": by_rate.get(str(rate)) for rate in rates}
+        cells = {
+            k: "–" if v is None else f"{100 * v:.1f}" + (" (best)" if v == best else "") for k, v in cells.items()
+        }
         rows.append({"model": name, **cells})
     return markdown_table(rows)
 
@@ -237,14 +228,13 @@ def finetune(results: dict) -> str:
     for task, by_row in results["finetune"]["tasks"].items():
         scale, labels = 1 if task == "squad" else 100, [label for label, _ in TASK_METRICS[task]]
         for row, figures in by_row.items():
+            metrics = ", ".join(f"{label} {mean_std(figures[label], scale)}" for label in labels)
             rows.append(
                 {
                     "task": TASK_NAMES[task],
                     "model": row,
                     "lr": f"{figures['learning_rate']:g}",
-                    "held-out metrics (%)": ", ".join(
-                        f"{label} {mean_std(figures[label], scale)}" for label in labels
-                    ),
+                    "held-out metrics (%)": metrics,
                     "first metric, seed by seed": seed_by_seed(figures[labels[0]], scale),
                 }
             )
@@ -295,9 +285,8 @@ def task_cell(rows: dict, name: str, key: str, scale: float) -> str:
 
 @section("Summary", "pretrain", "step_time", "pretrain_derived")
 def summary(results: dict) -> str:
-    """The summary table (docs/quality.md): per model, pretraining at equal steps and time, where each seed's curve leaves the plateau
-    (its first evaluation at or below half the unigram perplexity), and the fine-tuning means ("–" for the dropout
-    variants, which are pretrained only)."""
+    """The summary table (docs/quality.md): per model, pretraining at equal steps and time, where each seed leaves the plateau, and
+    the fine-tuning means ("–" for the dropout variants, which are pretrained only)."""
     derived = results["pretrain_derived"]
     tasks = results.get("finetune", {}).get("tasks", {})
     at_steps = f"valid ppl, {max(row['max_steps'] for row in results['pretrain'].values()):,} steps"

@@ -1,83 +1,100 @@
 """Speed and memory benchmarks of gMLP and aMLP against BERT of equal parameter count (and GPT-2, ModernBERT):
 markdown tables out, the results as JSON with every round's time (docs/benchmarks.md gives each table's command).
 
-    python -m benchmarks.speed                  # training, inference, scaling, precision, memory (30-60 min, 2 cores)
-    python -m benchmarks.speed --sections training,inference --output benchmarks/results/speed_training.json
-    python -m benchmarks.speed --sections training,memory --baseline main    # before (main) against after, one run
-    python -m benchmarks.speed --sections gpu --device cuda                  # the GPU section
-    python -m benchmarks.speed --report-only --output F.json    # the tables of saved results, measuring nothing
-    python -m benchmarks.speed --docs           # the marked tables of docs/benchmarks.md
+    python -m benchmarks.speed --sections training --output benchmarks/results/speed_training.json
+    python -m benchmarks.speed --sections gpu --device cuda      # the GPU section
+    python -m benchmarks.speed --docs      # measuring nothing: results/speed_*.md, and the tables in the docs marked
+                                           # as <!-- table FILE SECTION.TABLE --> ... <!-- end table -->
 
-Sections: benchmarks/speed/<section>.py, each a measure and a render step. Cases run interleaved (A B C A B C ...),
-each round timed by `torch.utils.benchmark.Timer.blocked_autorange`; tables give medians over rounds and paired
-ratios (the median of per-round ratios). On the CPU, `torch.set_num_threads` is set and glibc's malloc is told
-(mallopt) to keep freed memory rather than fault an MLM step's logits back in every step (20-30% of a step);
-`--system-malloc` keeps its defaults.
+Cases run interleaved, each round timed by `Timer.blocked_autorange`; tables give medians over rounds and paired
+ratios. glibc's malloc is told to keep freed memory (`--system-malloc`: its defaults).
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import torch
 
-from ..common import KEEP_FREED_MEMORY, RESULTS_DIR, machine_info, matmul_peak_flops, set_malloc_thresholds
-from . import report
+from ..common import KEEP_FREED_MEMORY, RESULTS_DIR, ROOT, machine_info, matmul_peak_flops, set_malloc_thresholds
+from . import generation, gpu, memory, padding_free, scaling, training
 from .models import FLOP_FORMULAS
-from .scaling import plot
 
-DEFAULT_SECTIONS = "training,inference,scaling,precision,memory"
+# name -> (measure(args) -> results, render(results) -> {table name: markdown lines}), in the reports' order
+SECTIONS = {
+    "training": (training.measure, training.render),
+    "generation": (generation.measure, generation.render),
+    "precision": (training.measure_precision, training.render_precision),
+    "memory": (memory.measure, memory.render),
+    "scaling": (scaling.measure, scaling.render),
+    "padding_free": (padding_free.measure, padding_free.render),
+    "gpu": (gpu.measure, gpu.render),
+}
+DOCS = (ROOT / "docs" / "benchmarks.md",)
+MARKED = re.compile(r"^(<!-- table (\S+) (\w+)\.([^\n]+) -->\n).*?^(<!-- end table -->)", re.DOTALL | re.MULTILINE)
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.speed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sections", default=DEFAULT_SECTIONS, help=f"comma-separated: {', '.join(report.SECTIONS)}")
-    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads on the CPU (default 2)")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per table")
-    parser.add_argument(
-        "--min-run-time", type=float, default=0.5, help="seconds of timed calls per case and round (at least one)"
-    )
-    parser.add_argument(
-        "--baseline", metavar="REF", help="also measure gMLP at this git revision (training, memory, saved)"
-    )
-    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096], help="scaling")
-    parser.add_argument("--scaling-tokens", type=int, default=4096, help="tokens per step in the length scaling")
-    parser.add_argument("--scaling-layers", type=int, default=12)
-    parser.add_argument("--scaling-rounds", type=int, default=3)
-    parser.add_argument("--generation-rounds", type=int, default=3, help="interleaved rounds of the generation table")
-    parser.add_argument("--new-tokens", type=int, default=256, help="tokens generate() adds in the generation table")
-    parser.add_argument("--memory-lengths", type=int, nargs="+", default=[512, 2048, 4096])
-    parser.add_argument("--saved-length", type=int, default=2048, help="sequence length of the saved-tensor account")
-    parser.add_argument("--gpu-kernels", default="triton,torch", help="the gpu section's sgu_kernel values")
-    parser.add_argument("--gpu-batch", type=int, help="the gpu section's batch instead of the largest that fits")
-    parser.add_argument("--gpu-parts", help="comma-separated parts of the gpu section to run (default: all, in order)")
-    parser.add_argument(
-        "--gpu-resume", metavar="FILE", help="a gpu results file: run its missing parts with its batches"
-    )
-    parser.add_argument("--deadline-at", type=float, help="time.time() by which the gpu section's parts must end")
-    parser.add_argument(
-        "--data",
-        type=Path,
-        default=Path(__file__).resolve().parents[3] / "shared" / "data",
-        help="padding_free's data",
-    )
-    parser.add_argument("--quick", action="store_true", help="3 rounds, 2-layer scaling, the gpu section at tiny size")
-    parser.add_argument("--output", type=Path, default=RESULTS_DIR / "speed.json")
-    parser.add_argument("--system-malloc", action="store_true", help="keep glibc's default malloc settings")
-    parser.add_argument("--report-only", action="store_true", help="measure nothing: the tables of --output again")
-    parser.add_argument("--docs", action="store_true", help="measure nothing: rewrite the tables of the docs pages")
+    add = parser.add_argument
+    add("--sections", default="training,scaling,precision,memory", help=f"of: {', '.join(SECTIONS)}")
+    add("--device", default="cpu", help="cpu (default) or cuda")
+    add("--threads", type=int, default=2, help="torch.set_num_threads on the CPU (default 2)")
+    add("--rounds", type=int, default=7, help="interleaved rounds per table")
+    add("--min-run-time", type=float, default=0.5, help="seconds of timed calls per case and round (at least one)")
+    add("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096], help="scaling")
+    add("--scaling-tokens", type=int, default=4096, help="tokens per step in the length scaling")
+    add("--scaling-layers", type=int, default=12)
+    add("--new-tokens", type=int, default=256, help="tokens generate() adds in the generation table")
+    add("--memory-lengths", type=int, nargs="+", default=[512, 2048, 4096])
+    add("--gpu-kernels", default="triton,torch", help="the gpu section's sgu_kernel values")
+    add("--gpu-parts", help="comma-separated parts of the gpu section to run (default: all, in order)")
+    add("--gpu-resume", metavar="FILE", help="a gpu results file: run its missing parts with its batches")
+    add("--deadline-at", type=float, help="time.time() by which the gpu section's parts must end")
+    add("--data", type=Path, default=ROOT.parent / "shared" / "data", help="padding_free's data")
+    add("--quick", action="store_true", help="3 rounds, 2-layer scaling, the gpu section at tiny size")
+    add("--output", type=Path, default=RESULTS_DIR / "speed.json")
+    add("--system-malloc", action="store_true", help="keep glibc's default malloc settings")
+    add("--docs", action="store_true", help="measure nothing: every results file's markdown and the docs' tables")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.min_run_time, args.scaling_layers, args.scaling_rounds = 3, 0.0, 2, 3
-    unknown = set(args.sections.split(",")) - set(report.SECTIONS)
-    if unknown:
-        parser.error(f"unknown sections {', '.join(sorted(unknown))}; choose from {', '.join(report.SECTIONS)}")
+        args.rounds, args.min_run_time, args.scaling_layers = 3, 0.0, 2
+    if unknown := set(args.sections.split(",")) - set(SECTIONS):
+        parser.error(f"unknown sections {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}")
     return args
+
+
+def markdown(results: dict) -> str:
+    """Every table of a results file, after the line of the machine it was measured on."""
+    m = results["machine"]
+    gpu_name = f"GPU {m['gpu']} (CUDA {m['cuda']}), " if "gpu" in m else ""
+    load = tuple(round(x, 1) for x in m["load_average_at_start"])
+    machine = (
+        f"Machine: {gpu_name}{m['cpu']}, {m['threads']} threads, torch {m['torch']}, fp32; measured dense matmul peak "
+        f"{m['matmul_peak_gflops_fp32']:.0f} GFLOP/s; allocator {m['allocator']}; load average at start {load}."
+    )
+    lines = [machine, ""]
+    for name, (_, render) in SECTIONS.items():
+        if name in results:
+            lines += [line for part in render(results[name]).values() for line in part]
+    return "\n".join(lines)
+
+
+def docs(text: str) -> str:
+    """`text` with every marked table rewritten from its results file, without its heading (the page has its own)."""
+
+    def fill(match: re.Match) -> str:
+        start, file, section, part, end = match.groups()
+        results = json.loads((RESULTS_DIR / file).read_text())
+        lines = [line for line in SECTIONS[section][1](results[section])[part] if not line.startswith("### ")]
+        return start + "\n".join(lines).lstrip("\n") + "\n" + end
+
+    return MARKED.sub(fill, text)
 
 
 def write(results: dict, output: Path) -> None:
@@ -88,13 +105,10 @@ def write(results: dict, output: Path) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.docs:
-        for page in report.DOCS:
-            page.write_text(report.docs(page.read_text()))
-        return
-    if args.report_only:
-        text = report.markdown(json.loads(args.output.read_text()))
-        args.output.with_suffix(".md").write_text(text)
-        print(text)
+        for saved in RESULTS_DIR.glob("speed_*.json"):
+            saved.with_suffix(".md").write_text(markdown(json.loads(saved.read_text())))
+        for page in DOCS:
+            page.write_text(docs(page.read_text()))
         return
     allocator = "glibc defaults" if args.system_malloc else set_malloc_thresholds(KEEP_FREED_MEMORY)
     torch.set_num_threads(args.threads)
@@ -102,19 +116,15 @@ def main(argv=None) -> None:
         # Before CUDA starts: the largest batch that fits, found by trying, must not be cut short by fragmentation.
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     args.peak_flops = matmul_peak_flops(args.device)
-    machine = machine_info(args.device, args.threads) | {
-        "allocator": allocator,
-        "matmul_peak_gflops_fp32": args.peak_flops / 1e9,
-    }
+    machine = machine_info(args.device, args.threads)
+    machine |= {"allocator": allocator, "matmul_peak_gflops_fp32": args.peak_flops / 1e9}
     results = {"machine": machine, "flop_formulas": FLOP_FORMULAS, "command": sys.argv}
     for section in args.sections.split(","):
         print(f"running {section} ...", file=sys.stderr, flush=True)
         args.save = lambda partial, section=section: write(results | {section: partial}, args.output)
-        results[section] = report.SECTIONS[section].measure(args)
+        results[section] = SECTIONS[section][0](args)
         write(results, args.output)
-    if "scaling" in results:
-        plot(results["scaling"], args.output.with_name("throughput_vs_length.png"))
-    text = report.markdown(results)
+    text = markdown(results)
     args.output.with_suffix(".md").write_text(text)
     print(text)
 

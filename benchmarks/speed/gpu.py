@@ -1,16 +1,6 @@
-"""The GPU section (docs/benchmarks.md#on-a-cuda-gpu): gMLP-base with its fused spatial gating unit (`sgu_kernel=
-"triton"`), without it (`"torch"`) and with its activations kept, against BERT and ModernBERT (SDPA) at equal
-parameters and at their stock shapes (bert-base-uncased, ModernBERT-base), n = 512: MLM training and encoder
-inference, bf16 and fp32, eager, compiled (regional: each block, static shapes) and with inductor's max-autotune
-GEMMs; each model at its own largest batch; MFU against the measured and the datasheet's bf16 peak; the FFT's
-cross-over by length; torch.profiler's account by CUDA kernel.
-
-The parts (PARTS, in priority order) are functions of the `Bench` (gpu_parts.py) returning small dataclasses that
-write themselves into the results; each one's failure is recorded and the next runs; the file is rewritten after
-each. With `--deadline-at` (a time.time()) a part starts only while its expected time (at base size on an H100)
-still fits, else it is listed as not run for a later `--gpu-resume`, which reuses the file's batches. On the CPU it
-runs at tiny sizes (`--quick`).
-"""
+"""The GPU section (docs/benchmarks.md#on-a-cuda-gpu): gMLP-base with its fused spatial gating unit, without it and
+with its activations kept, against BERT and ModernBERT at equal parameters and at their stock shapes. The parts
+(PARTS, by priority) run while their time fits before `--deadline-at`; a failing part is recorded, the next runs."""
 
 import json
 import sys
@@ -22,22 +12,8 @@ from pathlib import Path
 import torch
 
 from ..common import matmul_peak_flops, num_parameters, percent, table, times
-from . import profile, scaling
-from .gpu_parts import (
-    BERT_BASE,
-    KEPT,
-    MODERN,
-    MODERN_BASE,
-    REFERENCE,
-    Bench,
-    build,
-    fft_crossover,
-    find_batches,
-    free_memory,
-    kernel_profile,
-    make_optimizer,
-    time_group,
-)
+from . import gpu_parts, scaling
+from .gpu_parts import BERT_BASE, KEPT, MODERN, MODERN_BASE, REFERENCE, Bench
 
 # Part -> seconds expected at base size on an H100 (the H200's part_seconds in results/speed_gpu_2026-11-27.json,
 # scaled to these parts' rows and three rounds; max-autotune's GEMM search estimated): the deadline starts a part only
@@ -74,26 +50,27 @@ def plan(bench: Bench, size: str, kernels: list[str]) -> dict:
     plain = "gmlp (torch)" if "torch" in kernels else ours[-1]
     autotune = dict.fromkeys([ours[0], REFERENCE, MODERN], "compiled") | {plain: "max-autotune"}
 
+    timed = partial(gpu_parts.time_group, bench)
+
     def group(task, precision, mode, names):
-        return partial(time_group, bench, task, precision, dict.fromkeys(names, mode))
+        return partial(timed, task, precision, dict.fromkeys(names, mode))
 
     return {
-        "batches-bf16": partial(find_batches, bench, "bf16", everyone),
+        "batches-bf16": partial(gpu_parts.find_batches, bench, "bf16", everyone),
         "training-bf16-eager": group("training", "bf16", "eager", everyone),
         "training-bf16-compiled": group("training", "bf16", "compiled", everyone),
         "inference-bf16-eager": group("inference", "bf16", "eager", inference),
         "inference-bf16-compiled": group("inference", "bf16", "compiled", inference),
-        "fft-crossover": partial(fft_crossover, bench, size, ours[0]),
-        "profile-bf16": partial(kernel_profile, bench, [*ours, REFERENCE]),
-        "training-bf16-max-autotune": partial(time_group, bench, "training", "bf16", autotune, record=[plain]),
-        "batches-fp32": partial(find_batches, bench, "fp32", equal),
+        "fft-crossover": partial(gpu_parts.fft_crossover, bench, size, ours[0]),
+        "profile-bf16": partial(gpu_parts.kernel_profile, bench, [*ours, REFERENCE]),
+        "training-bf16-max-autotune": partial(timed, "training", "bf16", autotune, record=[plain]),
+        "batches-fp32": partial(gpu_parts.find_batches, bench, "fp32", equal),
         "inference-fp32-eager": group("inference", "fp32", "eager", equal),
         "inference-fp32-compiled": group("inference", "fp32", "compiled", equal),
         "training-fp32-compiled": group("training", "fp32", "compiled", equal),
     }
 
 
-# ---- the section ---------------------------------------------------------------------------------------------------
 def measure(args) -> dict:
     device = torch.device(args.device)
     size, kernels = "tiny" if args.quick else "base", args.gpu_kernels.split(",")
@@ -102,10 +79,8 @@ def measure(args) -> dict:
     if args.gpu_resume:
         earlier = json.loads(Path(args.gpu_resume).read_text())["gpu"]
         if (earlier["device"], earlier["size"]) != (name, size):
-            raise ValueError(
-                f"{args.gpu_resume} was measured on {earlier['device']} at size {earlier['size']}, this run is on "
-                f"{name} at size {size}: its batches and rows do not carry over."
-            )
+            message = f"{args.gpu_resume} was measured on {earlier['device']} at size {earlier['size']}, this run is on {name} at size {size}: its batches and rows do not carry over."
+            raise ValueError(message)
         result = earlier | {"resumed_from": str(args.gpu_resume)}
     result |= {"not_run": [], "errors": {}}
     wanted = args.gpu_parts.split(",") if args.gpu_parts else list(PARTS)
@@ -115,25 +90,21 @@ def measure(args) -> dict:
     torch._dynamo.config.fail_on_recompile_limit_hit = True
     peak = matmul_peak_flops(device, torch.bfloat16, size=8192 if device.type == "cuda" else 1024)
     datasheet = datasheet_peak(name)
-    models = build(size, device, kernels)
+    models = gpu_parts.build(size, device, kernels)
     length = next(iter(models.values())).config.max_position_embeddings
-    bench = Bench(device, models, length, peak, datasheet, args.rounds, args.min_run_time, args.gpu_batch,
-                  result.setdefault("batches", {}))  # fmt: skip
-    bench.optimizers = {name: make_optimizer(model, device) for name, model in models.items()}
+    batches = result.setdefault("batches", {})
+    bench = Bench(device, models, length, peak, datasheet, args.rounds, args.min_run_time, batches)
+    bench.optimizers = {name: gpu_parts.make_optimizer(model, device) for name, model in models.items()}
     result |= {
         "length": length,
         "matmul_peak_tflops_bf16": peak / 1e12,
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "datasheet_peak_tflops_bf16": datasheet and datasheet / 1e12,
     }
-    result["datasheet_peak_tflops_bf16"] = datasheet and datasheet / 1e12
+    shape = {"layers": "num_hidden_layers", "hidden_size": "hidden_size", "intermediate_size": "intermediate_size"}
+    shape |= {"attn_implementation": "_attn_implementation"}  # the results' key -> the config's field
     result["models"] = {
-        name: {
-            "parameters": num_parameters(model),
-            "layers": model.config.num_hidden_layers,
-            "hidden_size": model.config.hidden_size,
-            "intermediate_size": model.config.intermediate_size,
-            "attn_implementation": model.config._attn_implementation,
-        }
+        name: {"parameters": num_parameters(model)} | {key: getattr(model.config, f) for key, f in shape.items()}
         for name, model in models.items()
     }
     for part, work in plan(bench, size, kernels).items():
@@ -144,8 +115,7 @@ def measure(args) -> dict:
 
 
 def run_part(result: dict, part: str, work, bench: Bench, *, deadline: float | None, expected: float, save) -> None:
-    """Run `part` unless it would end after `deadline` or times models whose batches were not found; record its time
-    or its error."""
+    """Run `part` unless it would end after `deadline` or lacks its batches; record its time or its error."""
     late = deadline is not None and time.time() + expected > deadline
     unbatched = part.startswith(("training", "inference", "profile")) and part.split("-")[1] not in bench.batches
     if late or unbatched:
@@ -164,48 +134,40 @@ def run_part(result: dict, part: str, work, bench: Bench, *, deadline: float | N
         result["errors"][part] = f"{type(error).__name__}: {error}"[:2000]
         traceback.print_exc()
     finally:
-        free_memory(bench)
+        gpu_parts.free_memory(bench)
     save(result)
 
 
-# ---- the tables ----------------------------------------------------------------------------------------------------
 def optional(value, format) -> str:
     return "–" if value is None else format(value)
 
 
 def targets(result: dict) -> list[str]:
     """Issue 49's targets (bf16, equal parameters) against what was measured."""
-    training = {(row["model"], row["mode"]): row for row in result.get("training", []) if row["precision"] == "bf16"}
-    inference = {(row["model"], row["mode"]): row for row in result.get("inference", []) if row["precision"] == "bf16"}
+    bf16 = {
+        task: {(row["model"], row["mode"]): row for row in result.get(task, []) if row["precision"] == "bf16"}
+        for task in ("training", "inference")
+    }
     rows = []
     for model in (name for name in result["models"] if name.startswith("gmlp") and not name.endswith(KEPT)):
         for mode, goals in (("eager", ("1.20x", "–", "–")), ("compiled", ("1.20x", "1.00x", "42%"))):
-            if row := training.get((model, mode)):
-                versus = row["versus"]
-                rows += [
-                    [f"{model} training vs {REFERENCE}, {mode}, paired", optional(versus.get(REFERENCE), times)],
-                    [f"{model} training vs {MODERN}, {mode}, paired", optional(versus.get(MODERN), times)],
-                    [f"{model} training MFU, {mode} (measured peak)", percent(row["mfu_measured_peak"])],
-                ]
-                rows[-3:] = [cells + [goal] for cells, goal in zip(rows[-3:], goals)]
-        if row := inference.get((model, "compiled")):
-            rows.append(
-                [f"{model} inference vs {REFERENCE}, compiled, paired", times(row["versus"][REFERENCE]), "1.00x"]
-            )
-    for (model, mode), row in training.items():
+            if row := bf16["training"].get((model, mode)):
+                measured = [optional(row["versus"].get(name), times) for name in (REFERENCE, MODERN)]
+                measured.append(percent(row["mfu_measured_peak"]))
+                labels = [f"{model} training vs {name}, {mode}, paired" for name in (REFERENCE, MODERN)]
+                labels.append(f"{model} training MFU, {mode} (measured peak)")
+                rows += [list(cells) for cells in zip(labels, measured, goals)]
+        if row := bf16["inference"].get((model, "compiled")):
+            versus = times(row["versus"][REFERENCE])
+            rows.append([f"{model} inference vs {REFERENCE}, compiled, paired", versus, "1.00x"])
+    for (model, mode), row in bf16["training"].items():
         if model.endswith(KEPT):
             kept = times(row["versus"][model.removesuffix(KEPT)])
             rows.append([f"{model} vs its memory-lean default, {mode}, paired", kept, "≤ 1.05x"])
     at_4096 = result.get("fft", {}).get("lengths", {}).get("4096", {}).get("spatial_projection_ms", {})
     if "Toeplitz default" in at_4096:
-        fastest = min(at_4096.values())
-        rows.append(
-            [
-                "gMLP's default spatial path vs its fastest at 4,096 tokens",
-                times(fastest / at_4096["Toeplitz default"]),
-                "1.00x",
-            ]
-        )
+        default = times(min(at_4096.values()) / at_4096["Toeplitz default"])
+        rows.append(["gMLP's default spatial path vs its fastest at 4,096 tokens", default, "1.00x"])
     return table(["target (bf16)", "measured", "goal"], rows)
 
 
@@ -216,10 +178,7 @@ def timing_table(rows: list[dict]) -> list[str]:
     ]
     body = [
         [
-            row["model"],
-            row["precision"],
-            row["mode"],
-            row["batch"],
+            *(row[key] for key in ("model", "precision", "mode", "batch")),
             f"{row['tokens_per_second']:.0f}",
             *(optional(1.0 if row["model"] == name else row["versus"].get(name), times) for name in references),
             percent(row["mfu_measured_peak"]),
@@ -233,6 +192,32 @@ def timing_table(rows: list[dict]) -> list[str]:
     headers = ["model", "precision", "mode", "batch", "tokens/s", *(f"vs {name}, paired" for name in references)]
     headers += ["MFU (measured peak)", "MFU (datasheet peak)", "peak step GiB", "first call (s)", "graphs compiled"]
     return table(headers, body)
+
+
+def profile_tables(result: dict) -> dict[str, list[str]]:
+    """The share of matmuls and of inductor's kernels per case, its largest kernels, and the profiler's own tables."""
+    body = [
+        [
+            name,
+            f"{row['ms_total']:.0f}",
+            percent(row["matmul_share"]),
+            percent(row["compiled_kernels_share"]),
+            times(row["amdahl_bound"]),
+            "; ".join(f"{key.removeprefix('aten::')[:60]} {ms:.1f}" for key, ms in list(row["top_ms"].items())[:5]),
+        ]
+        for name, row in result["cases"].items()
+    ]
+    headers = ["case", "total (ms)", "matmuls", "inductor's kernels", "bound on any fusion (1 / matmul share)"]
+    heading = f"### Where the time goes: {result['clock']}, {result['steps']} steps (torch.profiler)"
+    tables = [
+        line
+        for name, row in result["cases"].items()
+        if "table" in row
+        for line in (f"{name}:", "", "```", row["table"].rstrip(), "```", "")
+    ]
+    return {"profile": [heading, "", *table([*headers, "largest (ms)"], body)]} | (
+        {"profile_tables": tables} if tables else {}
+    )
 
 
 def model_shape(m: dict) -> str:
@@ -255,17 +240,13 @@ def render(result: dict) -> dict[str, list[str]]:
         if result.get(task):
             parts[task] = [f"{task.capitalize()}:", "", *timing_table(result[task])]
     if "profile" in result:
-        parts["profile"] = profile.render(result["profile"])["rows"]
+        parts |= profile_tables(result["profile"])
     if "fft" in result:
         parts["fft"] = [line for lines in scaling.render(result["fft"]).values() for line in lines][2:]
         if "crossover_length" in result["fft"]:
             length = result["fft"]["crossover_length"]
             found = f"from {length} tokens on" if length else "at none of the lengths measured"
             parts["fft"] += [f"The FFT is at least as fast as the direct product {found} (`crossover_length`).", ""]
-    notes = []
-    if result["not_run"]:
-        notes.append(f"Not run before the deadline: {', '.join(result['not_run'])}.")
+    notes = [f"Not run before the deadline: {', '.join(result['not_run'])}."] if result["not_run"] else []
     notes += [f"Failed: {part}: {error}" for part, error in result["errors"].items()]
-    if notes:
-        parts["not_run"] = [*notes, ""]
-    return parts
+    return parts | ({"not_run": [*notes, ""]} if notes else {})

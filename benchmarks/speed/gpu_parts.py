@@ -4,41 +4,39 @@ found, the compiled blocks) returning a small dataclass that writes itself into 
 import dataclasses
 import statistics
 import time
-import warnings
 from functools import partial
 
 import torch
 from accelerate.utils import find_executable_batch_size
 from torch._dynamo.utils import counters
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 from transformers import AutoModelForMaskedLM, BertConfig, ModernBertConfig
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from ..common import bert_config, interleaved, mlm_batch, paired_ratio, parameters_of, peak_added_mib
-from .models import forward_flops, in_precision, labelled_loss, labelled_positions, modernbert_config
-from .profile import profile_cases
+from gmlp import GMLPConfig
+
+from .. import common
+from ..common import interleaved, mlm_batch, paired_ratio, peak_added_mib
+from .models import forward_flops, in_precision, labelled_loss, labelled_positions, training_step_fn
 from .scaling import DEFAULT_PATH, SPATIAL_PATHS, crossover, measure_lengths
 
 REFERENCE, MODERN = "BERT (sdpa)", "ModernBERT (sdpa)"
 BERT_BASE, MODERN_BASE = "bert-base (sdpa)", "ModernBERT-base (sdpa)"
 KEPT = ", activations kept"  # the suffix of gMLP's row with recompute_gating=False
-SIZES = {
+TINY_STOCK = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
+SIZES = {  # the stock shapes are BertConfig's and ModernBertConfig's defaults at base size
     "base": {"preset": "gmlp-base", "stock": {}, "fft_lengths": (1024, 2048, 4096, 8192, 16384), "fft_layers": 4},
-    "tiny": {
-        "preset": "gmlp-tiny",
-        "stock": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128},
-        "fft_lengths": (128, 256),
-        "fft_layers": 1,
-    },
+    "tiny": {"preset": "gmlp-tiny", "stock": TINY_STOCK, "fft_lengths": (128, 256), "fft_layers": 1},
 }
 COMPILE_MODES = {"compiled": None, "max-autotune": "max-autotune-no-cudagraphs"}
+# Matrix products: the kernels of cuBLAS (gemm, xmma, cutlass, nvjet) and of fused attention; aten's on the CPU.
+MATMULS = ("gemm", "xmma", "cutlass", "nvjet", "flash", "fmha", "attention", "aten::mm", "aten::addmm", "aten::bmm")
 
 
 def build(size: str, device, kernels: list[str]) -> dict[str, torch.nn.Module]:
     """name -> model on `device`: gMLP by its preset with each SGU kernel (the first also with its activations kept),
-    BERT and ModernBERT with gMLP's width and depth and the FFN width that matches its count, and at their stock
-    shapes, all with SDPA attention."""
-    from gmlp import GMLPConfig
-
+    BERT and ModernBERT with gMLP's width, depth and parameter count, and at their stock shapes, all with SDPA."""
     spec = SIZES[size]
 
     def gmlp(**overrides):
@@ -46,8 +44,8 @@ def build(size: str, device, kernels: list[str]) -> dict[str, torch.nn.Module]:
 
     ours = {f"gmlp ({kernel})": gmlp(sgu_kernel=kernel) for kernel in kernels}
     ours[f"gmlp ({kernels[0]}){KEPT}"] = gmlp(sgu_kernel=kernels[0], recompute_gating=False)
-    like, target = gmlp().to_dict(), parameters_of(lambda: AutoModelForMaskedLM.from_config(gmlp()))
-    theirs = {REFERENCE: bert_config(like, target), MODERN: modernbert_config(like, target)}
+    like, target = gmlp().to_dict(), common.parameters_of(lambda: AutoModelForMaskedLM.from_config(gmlp()))
+    theirs = {REFERENCE: common.bert_config(like, target), MODERN: common.modernbert_config(like, target)}
     theirs |= {BERT_BASE: BertConfig(**spec["stock"]), MODERN_BASE: ModernBertConfig(**spec["stock"])}
     torch.manual_seed(0)
     with torch.device(device):  # initialised there: 7 models of 110M-150M parameters take seconds on the host
@@ -59,8 +57,7 @@ def build(size: str, device, kernels: list[str]) -> dict[str, torch.nn.Module]:
 
 @dataclasses.dataclass
 class Bench:
-    """What the parts share: the device, the models with their optimizers, the batches found (precision -> model ->
-    batch), the compiled blocks, the measured peak and how to time."""
+    """What the parts share: the models, their optimizers and compiled blocks, the batches found, how to time."""
 
     device: torch.device
     models: dict[str, torch.nn.Module]
@@ -69,14 +66,12 @@ class Bench:
     datasheet: float | None
     rounds: int
     min_run_time: float
-    fixed_batch: int | None
     batches: dict[str, dict[str, int]]
     optimizers: dict = dataclasses.field(default_factory=dict)
     compiled: dict = dataclasses.field(default_factory=dict)
 
     def step(self, name: str, task: str, precision: str, batch: int | None = None) -> tuple:
-        """`name`'s training step (forward, backward, fused AdamW) or encoder forward on a batch of `batch` (default:
-        the one found for it), and the batch's labels."""
+        """`name`'s training step or encoder forward on a batch of `batch` (default: the one found), and its labels."""
         model = self.models[name]
         batch = batch or self.batches[precision][name]
         input_ids, labels = mlm_batch(batch, self.length, model.config.vocab_size, self.device)
@@ -100,20 +95,17 @@ class Bench:
 
 
 def training_step(model, optimizer, input_ids, labels):
-    """One optimizer step of `model` on the batch with the loss at the labelled positions (`labelled_loss`)."""
+    """One optimizer step of `model` with the loss at the labelled positions, found once (`labelled_loss`)."""
     index, targets = labelled_positions(labels)
 
-    def step():
-        labelled_loss(model, input_ids, index, targets).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    def loss(model, input_ids, _):
+        return labelled_loss(model, input_ids, index, targets)
 
-    return step
+    return training_step_fn(model, loss, input_ids, labels, optimizer=optimizer)
 
 
 def make_optimizer(model, device):
-    """Fused AdamW with its states made (one step at batch 1 and zero learning rate), so that a batch search sees
-    them."""
+    """Fused AdamW with its states made (a step at batch 1 and rate 0), so that a batch search sees them."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True)
     model.train()
     input_ids, labels = mlm_batch(1, model.config.max_position_embeddings, model.config.vocab_size, device, 0.5)
@@ -131,24 +123,20 @@ def free_memory(bench: Bench) -> None:
 
 @dataclasses.dataclass
 class Batches:
-    """The largest batch per model in one precision, how it was found, and the host syncs of a step at it."""
+    """The largest batch per model in one precision, and how it was found."""
 
     precision: str
     batches: dict[str, int]
     searches: dict[str, dict]
-    host_syncs: dict[str, int]
 
     def into(self, result: dict) -> None:
         for key, value in (("batches", self.batches), ("batch_search", self.searches)):
             result.setdefault(key, {})[self.precision] = value
-        result.setdefault("host_syncs_per_step", {})[self.precision] = self.host_syncs
 
 
 def largest_batch(step_at, reset, device, start: int = 8, share: float = 0.9) -> dict:
-    """The largest batch (a multiple of `start`) whose step `step_at(batch)` fits: the peaks at `start` and 2 `start`
-    give the memory per sequence and so the batch that fills `share` of the free memory (what the caching allocator
-    holds counts as free), which accelerate's `find_executable_batch_size` tries, then smaller ones (by a tenth,
-    rounded to `start`) until one fits; `reset()` clears a step's gradients and the allocator's cache."""
+    """The largest batch (a multiple of `start`) whose step fits: accelerate's `find_executable_batch_size` from the
+    one that the peaks at `start` and 2 `start` say fills `share` of the free memory, then smaller by a tenth."""
     reset()
     free = torch.cuda.mem_get_info(device)[0] / 2**30
     peaks = {}
@@ -174,27 +162,12 @@ def largest_batch(step_at, reset, device, start: int = 8, share: float = 0.9) ->
     return {"batch": found, "free_gib": free, "per_sequence_gib": per_sequence, "tries": tries}
 
 
-def host_syncs(step, device) -> int:
-    """How many times one call of `step` waits for the GPU (CUDA's sync debug mode warns at each); 0 on the CPU."""
-    if device.type != "cuda":
-        return 0
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            step()
-            torch.cuda.synchronize(device)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    return sum("synchroniz" in str(warning.message) for warning in caught)
-
-
 def find_batches(bench: Bench, precision: str, names: list[str]) -> Batches:
-    """Each model's largest training batch (on the CPU, or with `--gpu-batch`, a fixed one) and its step's syncs."""
-    found = Batches(precision, bench.batches.setdefault(precision, {}), {}, {})
+    """Each model's largest training batch (on the CPU, 2)."""
+    found = Batches(precision, bench.batches.setdefault(precision, {}), {})
     for name in names:
-        if bench.fixed_batch or bench.device.type != "cuda":
-            found.batches[name] = bench.fixed_batch or 2
+        if bench.device.type != "cuda":
+            found.batches[name] = 2
         else:
 
             def step_at(batch, name=name):
@@ -202,41 +175,22 @@ def find_batches(bench: Bench, precision: str, names: list[str]) -> Batches:
 
             found.searches[name] = largest_batch(step_at, partial(free_memory, bench), bench.device)
             found.batches[name] = found.searches[name]["batch"]
-        found.host_syncs[name] = host_syncs(bench.step(name, "training", precision)[0], bench.device)
     return found
 
 
 @dataclasses.dataclass
-class Row:
-    """One model's timing in one setup, with its tokens/s over every other model's of its group, paired by round."""
-
-    model: str
-    precision: str
-    mode: str
-    batch: int
-    tokens_per_second: float
-    tflops: float
-    mfu_measured_peak: float
-    mfu_datasheet_peak: float | None
-    versus: dict[str, float]
-    peak_step_gib: float | None
-    first_call_seconds: float
-    graphs_compiled: int
-    times: list[float]
-
-
-@dataclasses.dataclass
 class Timings:
+    """The rows of models timed side by side: tokens/s (over each other's, paired), MFU, the first call's figures."""
+
     task: str  # training or inference
-    rows: list[Row]
+    rows: list[dict]
 
     def into(self, result: dict) -> None:
-        result.setdefault(self.task, []).extend(dataclasses.asdict(row) for row in self.rows)
+        result.setdefault(self.task, []).extend(self.rows)
 
 
 def first_call(step, device) -> tuple[float, int, float | None]:
-    """The first call of `step` (for a compiled one, the call that compiles): its seconds, the graphs dynamo compiled,
-    and on a GPU the peak memory it added (GiB)."""
+    """The first call of `step` (compiling): its seconds, the graphs compiled, and on a GPU its peak memory (GiB)."""
     graphs, start, peak = counters["stats"]["unique_graphs"], time.perf_counter(), None
     if device.type == "cuda":
         peak = peak_added_mib(step, repeats=1, device=device) / 1024
@@ -246,9 +200,8 @@ def first_call(step, device) -> tuple[float, int, float | None]:
 
 
 def time_group(bench: Bench, task: str, precision: str, modes: dict[str, str], record=None) -> Timings:
-    """Time the models of `modes` (name -> eager, compiled or max-autotune) side by side, each at its own batch;
-    the rows of `record` (default: all)."""
-    cases, tokens, flops, first = {}, {}, {}, {}
+    """The models of `modes` (name -> mode) timed side by side, each at its batch; the rows of `record` (or all)."""
+    cases, tokens, flops = {}, {}, {}
     try:
         for name, mode in modes.items():
             model = bench.models[name]
@@ -273,21 +226,21 @@ def time_group(bench: Bench, task: str, precision: str, modes: dict[str, str], r
         versus = {other: paired_ratio(measured, name, other) * tokens[name] / tokens[other] for other in modes}
         del versus[name]
         rows.append(
-            Row(
-                model=name,
-                precision=precision,
-                mode=modes[name],
-                batch=bench.batches[precision][name],
-                tokens_per_second=tokens[name] / seconds,
-                tflops=achieved / 1e12,
-                mfu_measured_peak=achieved / bench.peak,
-                mfu_datasheet_peak=bench.datasheet and achieved / bench.datasheet,
-                versus=versus,
-                peak_step_gib=peak,
-                first_call_seconds=first_seconds,
-                graphs_compiled=graphs,
-                times=measured[name],
-            )
+            {
+                "model": name,
+                "precision": precision,
+                "mode": modes[name],
+                "batch": bench.batches[precision][name],
+                "tokens_per_second": tokens[name] / seconds,
+                "tflops": achieved / 1e12,
+                "mfu_measured_peak": achieved / bench.peak,
+                "mfu_datasheet_peak": bench.datasheet and achieved / bench.datasheet,
+                "versus": versus,
+                "peak_step_gib": peak,
+                "first_call_seconds": first_seconds,
+                "graphs_compiled": graphs,
+                "times": measured[name],
+            }
         )
     return Timings(task, rows)
 
@@ -304,32 +257,49 @@ class Keyed:
 
 
 def fft_crossover(bench: Bench, size: str, name: str) -> Keyed:
-    """`scaling.measure_lengths` on the device, bf16, at gMLP's width, with the model's own (default) choice beside
-    its three paths; the shortest length from which the FFT is the faster."""
+    """`scaling.measure_lengths` on the device in bf16 at gMLP's width (its own choice beside), and the cross-over."""
     config = bench.models[name].config
     shape = {key: getattr(config, key) for key in ("vocab_size", "hidden_size", "intermediate_size")}
     shape |= {"num_hidden_layers": config.num_hidden_layers, "max_position_embeddings": bench.length}
-    lengths, layers = SIZES[size]["fft_lengths"], SIZES[size]["fft_layers"]
-    paths = SPATIAL_PATHS | DEFAULT_PATH
-    found = measure_lengths(lengths, max(lengths), layers, bench.rounds, bench.rounds, shape=shape,
-                            device=bench.device, precision="bf16", paths=paths)  # fmt: skip
+    lengths, layers, paths = SIZES[size]["fft_lengths"], SIZES[size]["fft_layers"], SPATIAL_PATHS | DEFAULT_PATH
+    options = {"shape": shape, "device": bench.device, "precision": "bf16", "paths": paths}
+    found = measure_lengths(lengths, max(lengths), layers, bench.rounds, **options)
     return Keyed("fft", found | {"crossover_length": crossover(found)})
 
 
-def kernel_profile(bench: Bench, names: list[str]) -> Keyed:
-    """torch.profiler's account by CUDA kernel of the bf16 training steps of `names`, eager and compiled."""
-    cases = {}
-    for name in names:
-        for mode in ("eager", "compiled"):
-            step = bench.step(name, "training", "bf16")[0]
-
-            def switched(model=bench.models[name], step=step, mode=mode):
-                bench.set_mode(model, mode)
-                step()
-
-            cases[f"{name} bf16 {mode}"] = switched
+def kernel_profile(bench: Bench, names: list[str], steps: int = 2) -> Keyed:
+    """The bf16 training steps of `names`, eager and compiled, profiled over `steps` steps after two: time by CUDA
+    kernel (on the CPU by operator), the matmul share and its bound on any fusion of the rest, inductor's share, the
+    largest kernels and the profiler's own table."""
+    on_gpu, results = bench.device.type == "cuda", {}
     try:
-        return Keyed("profile", profile_cases(cases, bench.device, steps=2))
+        for name, mode in ((name, mode) for name in names for mode in ("eager", "compiled")):
+            bench.set_mode(bench.models[name], mode)
+            step = bench.step(name, "training", "bf16")[0]
+            for _ in range(2):
+                step()
+            with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])) as profiler:
+                for _ in range(steps):
+                    step()
+                if on_gpu:
+                    torch.cuda.synchronize(bench.device)
+            events = [e for e in profiler.key_averages() if not on_gpu or e.device_type == DeviceType.CUDA]
+            by_key = {e.key: (e.self_device_time_total if on_gpu else e.self_cpu_time_total) / 1e3 for e in events}
+            by_key = dict(sorted(((key, ms) for key, ms in by_key.items() if ms), key=lambda item: -item[1]))
+            total = sum(by_key.values())
+            matmul = sum(ms for key, ms in by_key.items() if any(word in key.lower() for word in MATMULS))
+            fused = sum(ms for key, ms in by_key.items() if "CompiledFxGraph" in key or key.startswith("triton_"))
+            sort_by = "self_device_time_total" if on_gpu else "self_cpu_time_total"
+            results[f"{name} bf16 {mode}"] = {
+                "ms_total": total,
+                "matmul_share": matmul / total,
+                "compiled_kernels_share": fused / total,
+                "amdahl_bound": total / matmul,
+                "top_ms": dict(list(by_key.items())[:12]),
+                "table": profiler.key_averages().table(sort_by=sort_by, row_limit=12, max_name_column_width=70),
+            }
     finally:
         for name in names:
             bench.set_mode(bench.models[name], "eager")
+    clock = "CUDA kernel time by kernel" if on_gpu else "self CPU time by operator"
+    return Keyed("profile", {"clock": clock, "steps": steps, "cases": results})

@@ -1,77 +1,50 @@
-"""Peak memory of an encoder step at long lengths (512, 2,048, 4,096 tokens, batch 1, the 12-layer encoders of the
-training table with n = the length): gMLP and aMLP against BERT of equal parameter count, training (forward +
-backward) and inference; with `--baseline REF`, gMLP and aMLP at that git revision beside the working tree's.
+"""Peak memory on the CPU of an encoder step at long lengths (batch 1, n = the length), training and inference: gMLP
+and aMLP against BERT of equal parameter count. Each measurement runs alone in a fresh process (`python -m
+benchmarks.speed.memory SPEC`), every allocation of 128 KiB or more mapped on its own, so that the kernel's high-water
+mark follows the live tensors. On a GPU the gpu section measures each step's peak."""
 
-On the CPU each case runs in a fresh process with every allocation of 128 KiB or more mapped on its own (so the
-kernel's high-water mark is the peak of the live tensors: memory per allocation); on a GPU, the caching allocator's
-peak in this process.
-"""
-
-import gc
+import json
+import subprocess
 import sys
 
 import torch
 
-from ..baseline import label, resolve
-from ..common import peak_added_mib, percent, table
-from .memory_worker import measure_in_fresh_process
-from .models import SMALL, encoder, encoder_step_fn
+from ..common import MAP_EACH_ALLOCATION, ROOT, mlm_batch, peak_added_mib, percent, set_malloc_thresholds, table
+from .models import BATCH_SIZE, SMALL, encoder, encoder_step_fn, training_cases, training_step_fn
 
-LENGTHS = (512, 2048, 4096)
 OURS = ("gmlp", "amlp")
 # Attention dropout (the default 0.1) changes nothing in inference, so these are measured in training only.
 WITH_DROPOUT = ("amlp (attention dropout 0.1)", "BERT (attention dropout 0.1)")
+CASES = [(name, "training") for name in (*OURS, "BERT (sdpa)", *WITH_DROPOUT)]
+CASES += [(name, "inference") for name in (*OURS, "BERT (sdpa)")]
 
 
-def cases(baseline: str | None) -> list[tuple[str, str, str | None]]:
-    """(model, mode, git revision) of every case."""
-    refs = (None, baseline) if baseline else (None,)
-    found = []
-    for mode in ("training", "inference"):
-        found += [(name, mode, ref) for name in OURS for ref in refs]
-        found += [("BERT (sdpa)", mode, None)] + (
-            [(name, mode, None) for name in WITH_DROPOUT] if mode == "training" else []
-        )
-    return found
-
-
-def measure_case(name: str, mode: str, length: int, ref: str | None, args) -> float:
-    device = torch.device(args.device)
-    if device.type != "cuda":
-        revision = ["--ref", ref] if ref else []
-        return measure_in_fresh_process([*revision, "encoder", name, mode, str(length)], args.threads)
-    model = encoder(name, length, ref=ref).to(device)
-    input_ids = torch.randint(5, SMALL["vocab_size"], (1, length), device=device)
-    step = encoder_step_fn(model, input_ids, mode == "training")
-    step()  # the first call's one-off allocations (cuBLAS workspaces) are not the model's
-    peak = peak_added_mib(step, repeats=2, device=device)
-    del model, step
-    gc.collect()
-    torch.cuda.empty_cache()
-    return peak
+def measure_in_fresh_process(spec: dict, threads: int) -> float:
+    """The peak MiB of `spec` ({"case": a training case} or {"encoder": a name, "mode": ..., "length": ...}) measured
+    by a new interpreter with this one's model shape; raises with the worker's error output if it fails."""
+    spec = {**spec, "threads": threads, "shape": SMALL}
+    command = [sys.executable, "-m", "benchmarks.speed.memory", json.dumps(spec)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+    if result.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])["peak_added_mib"]
 
 
 def measure(args) -> dict:
-    result = {"batch_size": 1, "layers": SMALL["num_hidden_layers"], "device": str(args.device), "lengths": {}}
-    if args.baseline:
-        result["baseline"] = {"ref": args.baseline, "commit": resolve(args.baseline)}
+    result = {"batch_size": 1, "layers": SMALL["num_hidden_layers"], "device": "cpu", "lengths": {}}
     for length in args.memory_lengths:
         result["lengths"][length] = {
-            f"{label(name, ref)} {mode}": measure_case(name, mode, length, ref, args)
-            for name, mode, ref in cases(args.baseline)
+            f"{name} {mode}": measure_in_fresh_process({"encoder": name, "mode": mode, "length": length}, args.threads)
+            for name, mode in CASES
         }
         print(f"  length {length}: done", file=sys.stderr, flush=True)
     return result
 
 
 def mode_table(lengths: dict, mode: str) -> list[str]:
-    """One mode's MiB per model and length; ours against BERT (SDPA), against themselves at the baseline (after /
-    before), and aMLP against gMLP."""
+    """One mode's MiB per model and length; ours against BERT (SDPA), and aMLP against gMLP."""
     names = [key.removesuffix(f" {mode}") for key in next(iter(lengths.values())) if key.endswith(f" {mode}")]
-    ratios = [(name, "BERT (sdpa)") for name in names if name in OURS]
-    ratios += [(name, label(name, ref)) for name in names for ref in refs_in(names) if name in OURS]
-    if "amlp" in names:
-        ratios.append(("amlp", "gmlp"))
+    ratios = [(name, "BERT (sdpa)") for name in names if name in OURS] + [("amlp", "gmlp")]
     body = [
         [
             length,
@@ -83,10 +56,6 @@ def mode_table(lengths: dict, mode: str) -> list[str]:
     return table(["length", *names, *(f"{a} / {b}" for a, b in ratios)], body)
 
 
-def refs_in(names: list[str]) -> list[str]:
-    return sorted({name.rsplit(" @", 1)[1] for name in names if " @" in name})
-
-
 def render(m: dict) -> dict[str, list[str]]:
     heading = (
         f"### Peak memory of an encoder step at length, batch {m['batch_size']}, {m['layers']} layers (aMLP: as many "
@@ -96,3 +65,23 @@ def render(m: dict) -> dict[str, list[str]]:
         "training": [heading, "", "Training (forward + backward):", "", *mode_table(m["lengths"], "training")],
         "inference": ["Inference:", "", *mode_table(m["lengths"], "inference")],
     }
+
+
+def main(spec: dict) -> None:
+    """The worker: one measurement of `spec` (see `measure_in_fresh_process`), printed as JSON."""
+    set_malloc_thresholds(MAP_EACH_ALLOCATION)
+    torch.set_num_threads(spec["threads"])
+    SMALL.update(spec["shape"])
+    if "case" in spec:
+        case = training_cases(only=spec["case"])[spec["case"]]
+        input_ids, labels = mlm_batch(BATCH_SIZE, SMALL["max_position_embeddings"], SMALL["vocab_size"])
+        peak = peak_added_mib(training_step_fn(case.model, case.loss, input_ids, labels), repeats=3)
+    else:
+        input_ids = torch.randint(5, SMALL["vocab_size"], (1, spec["length"]))
+        model = encoder(spec["encoder"], spec["length"])
+        peak = peak_added_mib(encoder_step_fn(model, input_ids, training=spec["mode"] == "training"), repeats=2)
+    print(json.dumps({"peak_added_mib": peak}))
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

@@ -1,9 +1,6 @@
-"""Padding-free fine-tuning against padded batches, at SST-2's and MNLI's lengths: training steps of gmlp-tiny and
-amlp-tiny sentence classifiers (batch 32, AdamW) on the same batches of real examples, padded to each batch's longest
-(DataCollatorWithPadding) or packed into one row (run_glue.py --padding_free), interleaved round by round on one
-thread. Real (unpadded) tokens per second, and the paired ratio (`python -m benchmarks.speed --sections
-padding_free`, the data from `--data`).
-"""
+"""Padding-free fine-tuning against padded batches: gmlp-tiny and amlp-tiny sentence classifiers trained on the same
+batches of real SST-2 and MNLI examples (from `--data`), padded (DataCollatorWithPadding) or packed into one row
+(run_glue.py --padding_free), interleaved; real tokens per second."""
 
 import csv
 import json
@@ -38,17 +35,17 @@ def batches(tokenizer, examples: list[tuple], labels: int) -> list[list[dict]]:
     rng = random.Random(0)
     out = []
     for _ in range(BATCHES):
-        drawn = rng.sample(examples, BATCH)
-        encoded = tokenizer(*zip(*drawn), truncation=True, max_length=128)
+        encoded = tokenizer(*zip(*rng.sample(examples, BATCH)), truncation=True, max_length=128)
         out.append([{**{k: v[i] for k, v in encoded.items()}, "label": i % labels} for i in range(BATCH)])
     return out
 
 
-def trainer_steps(model, optimizer, collator, batches_of_task):
+def training_steps(model, collator, task_batches):
     """A training step on each of the task's batches in turn, per call."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def steps():
-        for examples in batches_of_task:
+        for examples in task_batches:
             model(**collator(examples)).loss.backward()
             optimizer.step()
             optimizer.zero_grad()
@@ -57,10 +54,10 @@ def trainer_steps(model, optimizer, collator, batches_of_task):
 
 
 def measure(args) -> dict:
-    rounds = args.rounds
     texts = task_texts(args.data)
     corpus = [text for examples in texts.values() for example in examples for text in example]
     tokenizer = train_tokenizer(iter(corpus), vocab_size=8192, model_max_length=128)
+    collators = {"padded": DataCollatorWithPadding(tokenizer), "padding-free": SentenceFlattening()}
     rows = []
     for task, examples in texts.items():
         labels = 3 if task == "MNLI" else 2
@@ -70,48 +67,35 @@ def measure(args) -> dict:
         for preset in ("gmlp-tiny", "amlp-tiny"):
             config = GMLPConfig.from_preset(preset, vocab_size=len(tokenizer), num_labels=labels)
             torch.manual_seed(0)
-            steps = {}
-            for name, collator in (
-                ("padded", DataCollatorWithPadding(tokenizer)),
-                ("padding-free", SentenceFlattening()),
-            ):
-                model = GMLPForSequenceClassification(config).train()
-                optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-                steps[name] = trainer_steps(model, optimizer, collator, task_batches)
-            times = interleaved(steps, rounds)
+            steps = {
+                name: training_steps(GMLPForSequenceClassification(config).train(), collator, task_batches)
+                for name, collator in collators.items()
+            }
+            measured = interleaved(steps, args.rounds)
             rows.append(
                 {
                     "task": task,
                     "model": preset,
                     "real tokens per batch": real_tokens,
                     "padded tokens per batch": padded_tokens,
-                    **{f"{name} tokens/s": real_tokens * BATCHES / statistics.median(t) for name, t in times.items()},
-                    "padding-free / padded (paired)": paired_ratio(times, "padding-free", "padded"),
+                    **{f"{n} tokens/s": real_tokens * BATCHES / statistics.median(t) for n, t in measured.items()},
+                    "padding-free / padded (paired)": paired_ratio(measured, "padding-free", "padded"),
                 }
             )
-    return {"batch": BATCH, "rounds": rounds, "rows": rows}
+    return {"batch": BATCH, "rounds": args.rounds, "rows": rows}
 
 
 def render(results: dict) -> dict:
-    table = markdown_table(
-        [
-            {
-                "task": row["task"],
-                "model": row["model"],
-                "real / padded tokens": f"{row['real tokens per batch']:.0f} / {row['padded tokens per batch']:.0f}",
-                "padded tokens/s": f"{row['padded tokens/s']:.0f}",
-                "padding-free tokens/s": f"{row['padding-free tokens/s']:.0f}",
-                "padding-free / padded": f"{row['padding-free / padded (paired)']:.2f}x",
-            }
-            for row in results["rows"]
-        ]
-    )
-
-    return {
-        "padding_free": [
-            f"### Padding-free fine-tuning against padded batches (batch {results['batch']})",
-            "",
-            table,
-            "",
-        ]
-    }
+    rows = [
+        {
+            "task": row["task"],
+            "model": row["model"],
+            "real / padded tokens": f"{row['real tokens per batch']:.0f} / {row['padded tokens per batch']:.0f}",
+            "padded tokens/s": f"{row['padded tokens/s']:.0f}",
+            "padding-free tokens/s": f"{row['padding-free tokens/s']:.0f}",
+            "padding-free / padded": f"{row['padding-free / padded (paired)']:.2f}x",
+        }
+        for row in results["rows"]
+    ]
+    heading = f"### Padding-free fine-tuning against padded batches (batch {results['batch']})"
+    return {"padding_free": [heading, "", markdown_table(rows), ""]}

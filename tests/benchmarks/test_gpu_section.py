@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, BertConfig
 
-from benchmarks.common import bert_config, mlm_batch
+from benchmarks.common import bert_config, mlm_batch, modernbert_config
 from benchmarks.speed import __main__ as cli
 from benchmarks.speed import gpu, gpu_parts, models
 from gmlp import GMLPConfig
@@ -26,7 +26,7 @@ def test_labelled_loss_is_each_models_masked_lm_loss():
     target = gmlp.num_parameters()
     no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     bert = AutoModelForMaskedLM.from_config(bert_config(like, target, head_size=32, **no_dropout))
-    modern = AutoModelForMaskedLM.from_config(models.modernbert_config(like, target, head_size=32))
+    modern = AutoModelForMaskedLM.from_config(modernbert_config(like, target, head_size=32))
     input_ids, labels = mlm_batch(3, 16, 97, mask_probability=0.3)
     index, targets = models.labelled_positions(labels)
     assert torch.equal(targets, labels[labels != -100])
@@ -38,7 +38,7 @@ def test_labelled_loss_is_each_models_masked_lm_loss():
 
 def test_modernbert_of_equal_parameters_has_global_attention_everywhere():
     like = {**TINY, "max_position_embeddings": 128}
-    config = models.modernbert_config(like, 500_000)
+    config = modernbert_config(like, 500_000)
     assert config.layer_types == ["full_attention"] * TINY["num_hidden_layers"]
     per_width = 3 * TINY["hidden_size"] * TINY["num_hidden_layers"]  # GeGLU: 2 d in, d out per unit of width
     assert abs(AutoModelForMaskedLM.from_config(config).num_parameters() - 500_000) <= per_width
@@ -95,7 +95,7 @@ def tiny_section(monkeypatch):
 
 def run_section(output, *parts, kernels="torch", extra=()):
     # One thread: tiny steps on two busy threads spend most of their time in OpenMP's waits.
-    argv = ["--sections", "gpu", "--quick", "--threads", "1", "--gpu-batch", "2", "--gpu-kernels", kernels]
+    argv = ["--sections", "gpu", "--quick", "--threads", "1", "--gpu-kernels", kernels]
     cli.main([*argv, "--gpu-parts", ",".join(parts), "--output", str(output), *extra])
     return json.loads(output.read_text())["gpu"]
 
@@ -104,23 +104,22 @@ def test_a_failing_part_is_recorded_and_a_resumed_run_does_only_what_is_missing(
     """The training part fails (planted), inference still runs; resumed from that file, the run keeps its batches
     and rows and runs the training part alone, every model's tokens/s paired with every other's."""
     parts = ("batches-bf16", "training-bf16-eager", "inference-bf16-eager")
-    original = gpu.time_group
+    original = gpu_parts.time_group
 
     def failing_training(bench, task, *args, **kwargs):
         if task == "training":
             raise RuntimeError("planted failure")
         return original(bench, task, *args, **kwargs)
 
-    monkeypatch.setattr(gpu, "time_group", failing_training)
+    monkeypatch.setattr(gpu_parts, "time_group", failing_training)
     first = run_section(tmp_path / "first.json", *parts)
     assert first["errors"] == {"training-bf16-eager": "RuntimeError: planted failure"}
     assert set(first["part_seconds"]) == {"batches-bf16", "inference-bf16-eager"}
     assert [row["model"] for row in first["inference"]] == [
         "gmlp (torch)", gpu.REFERENCE, gpu.MODERN, gpu.BERT_BASE, gpu.MODERN_BASE
     ]  # fmt: skip
-    assert first["host_syncs_per_step"]["bf16"]["gmlp (torch)"] == 0  # no CUDA here: the count is the GPU run's
 
-    monkeypatch.setattr(gpu, "time_group", original)
+    monkeypatch.setattr(gpu_parts, "time_group", original)
     resumed = run_section(tmp_path / "resumed.json", *parts, extra=["--gpu-resume", str(tmp_path / "first.json")])
     assert resumed["errors"] == {} and set(resumed["part_seconds"]) == set(parts)
     assert resumed["inference"] == first["inference"] and resumed["batches"] == first["batches"]
@@ -138,13 +137,13 @@ def test_ratios_are_of_tokens_per_second_when_the_batches_differ(monkeypatch, ti
     H200 the step-time ratio reported gMLP at 0.55x BERT for 0.84x its tokens/s)."""
     models_ = gpu_parts.build("tiny", torch.device("cpu"), ["torch"])
     names = ["gmlp (torch)", gpu.REFERENCE]
-    bench = gpu_parts.Bench(torch.device("cpu"), {n: models_[n] for n in names}, 16, 1e11, None, 3, 0.0, None, {})
+    bench = gpu_parts.Bench(torch.device("cpu"), {n: models_[n] for n in names}, 16, 1e11, None, 3, 0.0, {})
     bench.batches["bf16"] = {"gmlp (torch)": 4, gpu.REFERENCE: 2}
     planted = {"gmlp (torch)": [2.0, 2.2, 1.8], gpu.REFERENCE: [1.0, 1.1, 0.9]}
     monkeypatch.setattr(gpu_parts, "interleaved", lambda steps, *args, **kwargs: {n: planted[n] for n in steps})
     rows = gpu_parts.time_group(bench, "inference", "bf16", dict.fromkeys(names, "eager")).rows
-    assert rows[0].versus == {gpu.REFERENCE: pytest.approx(1.0)} and rows[0].tokens_per_second == 4 * 16 / 2.0
-    assert rows[1].versus == {"gmlp (torch)": pytest.approx(1.0)}
+    assert rows[0]["versus"] == {gpu.REFERENCE: pytest.approx(1.0)} and rows[0]["tokens_per_second"] == 4 * 16 / 2.0
+    assert rows[1]["versus"] == {"gmlp (torch)": pytest.approx(1.0)}
 
 
 def test_parts_that_would_end_after_the_deadline_are_left_for_later(tmp_path, tiny_section):

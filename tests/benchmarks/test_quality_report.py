@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.quality import parts, report, tables
+from benchmarks.quality import __main__ as report
+from benchmarks.quality import parts, tables
 from benchmarks.quality.__main__ import parse_args
-from benchmarks.quality.context import Context
-from benchmarks.quality.models import MODELS
+from benchmarks.quality.context import MODELS, Context
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 

@@ -4,8 +4,7 @@ import pytest
 
 from benchmarks.quality import parts
 from benchmarks.quality.__main__ import parse_args
-from benchmarks.quality.context import Context
-from benchmarks.quality.models import sgu_configs
+from benchmarks.quality.context import Context, sgu_configs
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from benchmarks.common import RESULTS_DIR
-from benchmarks.speed import report
+from benchmarks.common import RESULTS_DIR, ROOT
+from benchmarks.speed import __main__ as report
 
 
 @pytest.mark.parametrize("table", sorted(p.name for p in RESULTS_DIR.glob("speed_*.md")))
@@ -24,5 +24,5 @@ def test_the_docs_tables_are_those_of_the_results(page):
 
 def test_the_benchmarks_page_marks_its_tables():
     """The page the commands write: every section's tables are marked, so a changed result shows as a failure."""
-    marked = report.MARKED.findall((report.ROOT / "docs" / "benchmarks.md").read_text())
+    marked = report.MARKED.findall((ROOT / "docs" / "benchmarks.md").read_text())
     assert {section for _, _, section, _, _ in marked} >= {"training", "precision", "memory", "gpu", "padding_free"}
