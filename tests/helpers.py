@@ -2,6 +2,8 @@
 corpora, the arguments of a tiny run of a script, inputs drawn the same on every device, and the one comparison that
 takes the dtype into account."""
 
+import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -10,6 +12,8 @@ from pathlib import Path
 import torch
 
 from gmlp import GMLPConfig, GMLPVisionConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # The tiny models of the tests: small enough to run hundreds of times, dropout off so that outputs are deterministic,
 # and a visible spatial init (W near zero would hide token mixing). conftest.py's `tiny_config` and
@@ -213,3 +217,24 @@ def load_as_remote_code(directory: Path, auto_name: str, inputs: torch.Tensor, w
     remote = torch.load(work / "outputs.pt")
     assert remote["module"].startswith("transformers_modules"), remote["module"]
     return remote
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now, for torchrun's rendezvous."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def child_env(*paths: Path) -> dict:
+    """A fresh interpreter's environment: this checkout (and `paths`) importable, one thread, offline."""
+    pythonpath = os.pathsep.join(str(path) for path in (ROOT, *paths))
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": "1"}
+
+
+def python(cwd, *arguments, timeout: int = 300, paths: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
+    """A fresh interpreter run with `arguments` in `cwd` (`child_env(*paths)`), its output captured."""
+    command = [sys.executable, *map(str, arguments)]
+    return subprocess.run(
+        command, cwd=cwd, env=child_env(*paths), capture_output=True, text=True, timeout=timeout, check=False
+    )

@@ -4,17 +4,14 @@ FSDP2 preparation (the Trainer's `--fsdp`) makes around the tied decoder, with B
 fails there. The processes run tests/ecosystem/fsdp_worker.py once for the module; the comparisons are here."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from fsdp_worker import STEPS, VARIANTS, WORLD_SIZE, adamw, build, global_batches, train
-from helpers import load_as_remote_code
+from helpers import load_as_remote_code, python
 from transformers import HfArgumentParser, TrainingArguments
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,20 +22,10 @@ TIED = "gmlp.embeddings.word_embeddings.weight = lm_head.decoder.weight"
 def sharded(tmp_path_factory):
     """The worker's results and output folder, from one torchrun of 2 processes."""
     output = tmp_path_factory.mktemp("fsdp")
+    launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", WORLD_SIZE]
     # the worker imports tests/helpers.py beside the project
-    pythonpath = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        str(WORLD_SIZE),
-        str(ROOT / "tests" / "ecosystem" / "fsdp_worker.py"),
-        str(output),
-    ]
-    result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    worker = ROOT / "tests" / "ecosystem" / "fsdp_worker.py"
+    result = python(ROOT, *launch, worker, output, timeout=600, paths=(ROOT / "tests",))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return output, json.loads((output / "results.json").read_text())
 

@@ -6,14 +6,11 @@ message a user saw finds it."""
 
 import ast
 import io
-import os
-import subprocess
-import sys
 import tokenize
 from pathlib import Path
 
 import pytest
-from helpers import tiny_run
+from helpers import python, tiny_run
 from script_runs import LABELLED, csv_file, glue_run
 
 from gmlp.tasks import loading, run_glue, run_mlm
@@ -21,13 +18,6 @@ from gmlp.tasks import loading, run_glue, run_mlm
 ROOT = Path(__file__).parents[2]
 TASKS = ROOT / "gmlp" / "tasks"
 MISSING = "The train file '{tmp}/missing.csv' does not exist; check the --train_file path."
-
-
-def python(tmp_path, *arguments) -> subprocess.CompletedProcess:
-    """A fresh interpreter run with `arguments` in `tmp_path`, this checkout's package importable."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, *map(str, arguments)]
-    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
 def test_a_user_error_is_one_line_on_stderr_and_exit_code_2(tokenizer_dir, tmp_path, capsys):

@@ -6,16 +6,13 @@ gives the same figures to the last digit, while training keeps drawing fresh mas
 best checkpoint."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import datasets
 import numpy as np
 import pytest
 import torch
-from helpers import CONTEXT, SCRIPT_SIZES, flags, rotated_lines, tiny_run, write
+from helpers import CONTEXT, SCRIPT_SIZES, flags, python, rotated_lines, tiny_run, write
 from helpers import WORDS as ALL_WORDS
 from script_runs import EVERY_STEP, mlm_run
 
@@ -168,19 +165,9 @@ def test_two_processes_evaluate_the_same_loss_as_one(case, checkpoints, tmp_path
     # Batches of 3 on each process: 20 examples leave an uneven last step, whose missing examples the Trainer fills.
     one = evaluate(script, arguments(checkpoints), tmp_path / "one", 3)
     name = "run_mlm.py" if script is run_mlm.run else "run_glue.py"
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(ROOT / name),
-    ]
-    command += [*map(str, arguments(checkpoints)), *flags(output_dir=tmp_path / "two", do_eval=True, report_to="none")]
-    command += ["--per_device_eval_batch_size", "3"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", ROOT / name]
+    run_flags = flags(output_dir=tmp_path / "two", do_eval=True, report_to="none", per_device_eval_batch_size=3)
+    result = python(tmp_path, *launch, *arguments(checkpoints), *run_flags)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "world size: 2" in result.stdout + result.stderr
     two = json.loads((tmp_path / "two" / "eval_results.json").read_text())

@@ -5,25 +5,17 @@ node's checkpoints would have no weights); with one shared output folder, a resu
 checkpoint and logs the uninterrupted run's losses, and `--overwrite_output_dir` leaves nothing of the earlier run."""
 
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import rotated_lines, tiny_run, write
+from helpers import child_env, free_port, rotated_lines, tiny_run, write
 
 ROOT = Path(__file__).parents[2]
 
 pytestmark = pytest.mark.e2e
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def on_two_nodes(tmp_path: Path, arguments: list[str]) -> list[subprocess.CompletedProcess]:
@@ -37,8 +29,9 @@ def on_two_nodes(tmp_path: Path, arguments: list[str]) -> list[subprocess.Comple
         launch = ["--nnodes", "2", "--nproc_per_node", "1", "--node_rank", str(rank)]
         launch += ["--master_addr", "127.0.0.1", "--master_port", port]
         command = [sys.executable, "-m", "torch.distributed.run", *launch, str(ROOT / "run_mlm.py"), *arguments]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-        nodes.append(subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        nodes.append(
+            subprocess.Popen(command, cwd=folder, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        )
     return [
         subprocess.CompletedProcess(node.args, node.wait(timeout=600), node.stdout.read().decode()) for node in nodes
     ]

@@ -7,16 +7,14 @@ processes: test_evaluation.py.)"""
 import json
 import logging
 import math
-import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import rotated_lines, tiny_run, write
+from helpers import free_port, python, rotated_lines, tiny_run, write
 from script_runs import COMMON, csv_file, mlm_run
 from transformers import Trainer, TrainingArguments
 
@@ -26,12 +24,6 @@ from gmlp.tasks.arguments import ModelArguments, parse_arguments
 from gmlp.tasks.errors import ScriptError
 
 ROOT = Path(__file__).parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.e2e
@@ -50,10 +42,8 @@ def test_two_processes_with_torchrun_on_cpu(tmp_path):
             "4",
         ]
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())]
-    command = [sys.executable, *launch, str(ROOT / "run_mlm.py"), *arguments]
-    result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port()]
+    result = python(tmp_path, *launch, ROOT / "run_mlm.py", *arguments)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "world size: 2" in result.stdout + result.stderr
     output_dir = tmp_path / "out"
