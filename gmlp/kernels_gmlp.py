@@ -52,6 +52,14 @@ COMBINES = {
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # About four programs per SM of an H100 (132 SMs): dW's GEMM splits the batch until it has as many.
 WEIGHT_GRAD_PROGRAMS = 512
+# The tiles (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) that the GEMMs choose among on a GPU by timing them
+# (`triton.autotune`, once per length, head width and dtype) for 16-bit inputs of at least TUNED_MIN_LENGTH tokens,
+# where the GEMMs are most of the unit's time. The first is `_gemm_config`'s at those sizes, so the timed choice is
+# never one that runs slower than it; each compiles for sm_90 within a block's shared memory
+# (tests/model/test_sgu_kernels.py), the 128 x 128 tiles spilling up to 112 bytes in the epilogues (ptxas -v, Triton
+# 3.9). Shorter or fp32 inputs, and the interpreter, take `_gemm_config`'s alone.
+TUNED_TILES = ((128, 64, 64, 8, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4))
+TUNED_MIN_LENGTH = 128
 
 
 def is_available() -> bool:
@@ -377,7 +385,7 @@ def _gemm_config(dtype: torch.dtype, *, rows: int, cols: int, depth: int) -> dic
     """Tiles for a (rows x depth) @ (depth x cols) product: 128 x 64 x 64 for 16-bit inputs, 64 x 64 x 32 for fp32,
     smaller for small shapes; eight warps. Compiled for sm_90 (Triton 3.9, without a GPU), each kernel at gMLP-base's
     sizes takes at most 172 registers and 90 KiB of shared memory with these, where 128 x 128 tiles and four warps
-    in fp32 ran out of registers (spills) in the epilogues; timings on a GPU may prefer others."""
+    in fp32 ran out of registers (spills) in the epilogues."""
     wide = dtype.itemsize == 2
     config = {
         "BLOCK_M": _block(rows, 128 if wide else 64),
@@ -387,6 +395,29 @@ def _gemm_config(dtype: torch.dtype, *, rows: int, cols: int, depth: int) -> dic
     config["num_warps"] = 8 if config["BLOCK_M"] * config["BLOCK_N"] >= 64 * 64 else 4
     config["num_stages"] = 3
     return config
+
+
+def _tuned(kernel):
+    """`kernel` under `triton.autotune` over TUNED_TILES, keyed by the length and the head's channels (Triton adds the
+    tensors' dtypes); the kernel itself where Triton is missing."""
+    if triton is None:
+        return kernel
+    configs = [
+        triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=warps, num_stages=stages)
+        for m, n, k, warps, stages in TUNED_TILES
+    ]
+    return triton.autotune(configs, key=["length", "head_channels"])(kernel)
+
+
+_TUNED_KERNELS = {kernel: _tuned(kernel) for kernel in (_spatial_product_kernel, _weight_grad_kernel)}
+
+
+def _gemm_launch(kernel, dtype: torch.dtype, length: int, config: dict) -> tuple:
+    """The GEMM kernel to launch and the tiles to pass it: the autotuned kernel, which times its own, for 16-bit
+    inputs of at least TUNED_MIN_LENGTH tokens on a GPU; else `kernel` with `config` (`_gemm_config`'s)."""
+    if dtype.itemsize == 2 and length >= TUNED_MIN_LENGTH and not INTERPRETED:
+        return _TUNED_KERNELS[kernel], {}
+    return kernel, config
 
 
 def _row_config(channels: int) -> dict:
@@ -414,9 +445,9 @@ def _row_grid(rows: int, config: dict) -> tuple:
     return (triton.cdiv(rows, config["BLOCK_ROWS"]),)
 
 
-def _product_grid(length: int, head_channels: int, batch_heads: int, config: dict) -> tuple:
-    tiles = triton.cdiv(length, config["BLOCK_M"]) * triton.cdiv(head_channels, config["BLOCK_N"])
-    return (tiles, batch_heads)
+def _tiles(rows: int, cols: int, config: dict) -> int:
+    """How many (BLOCK_M x BLOCK_N) tiles cover a (rows x cols) product."""
+    return triton.cdiv(rows, config["BLOCK_M"]) * triton.cdiv(cols, config["BLOCK_N"])
 
 
 def _gate_offset(variant: str, channels: int) -> int:
@@ -503,10 +534,11 @@ def _spatial_product(
     heads = weight.shape[0]
     head_channels = channels // heads
     config = _gemm_config(operand.dtype, rows=length, cols=head_channels, depth=length)
+    kernel, config = _gemm_launch(_spatial_product_kernel, operand.dtype, length, config)
     stride_row, stride_col = weight.stride(1), weight.stride(2)
     _launch(
-        _spatial_product_kernel,
-        _product_grid(length, head_channels, batch * heads, config),
+        kernel,
+        lambda meta: (_tiles(length, head_channels, meta), batch * heads),
         weight,
         operand,
         bias,
@@ -593,14 +625,16 @@ def sgu_backward(
             variant=variant,
         )
     config = _gemm_config(projected.dtype, rows=length, cols=length, depth=channels // heads)
-    tiles = triton.cdiv(length, config["BLOCK_M"]) * triton.cdiv(length, config["BLOCK_N"])
+    # The splits are counted with these tiles whichever tiles run: the partial sums' buffers come before the launch.
+    tiles = _tiles(length, length, config)
     samples_per_split = triton.cdiv(batch, min(batch, triton.cdiv(WEIGHT_GRAD_PROGRAMS, tiles * heads)))
     splits = triton.cdiv(batch, samples_per_split)
     partial_weight = projected.new_empty(splits, heads, length, length, dtype=torch.float32)
     partial_bias = projected.new_empty(splits, heads, length, dtype=torch.float32)
+    kernel, config = _gemm_launch(_weight_grad_kernel, projected.dtype, length, config)
     _launch(
-        _weight_grad_kernel,
-        (tiles, heads, splits),
+        kernel,
+        lambda meta: (_tiles(length, length, meta), heads, splits),
         grad_mixed,
         gate,
         partial_weight,

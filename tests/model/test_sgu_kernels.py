@@ -386,17 +386,25 @@ HOPPER_SHARED_MEMORY = 227 * 1024  # the most shared memory one block of an H100
 
 def compile_for_hopper() -> None:
     """Compiles every kernel specialisation the ops launch for gMLP-base's unit (2 x 512 tokens, 1,536 gate channels;
-    bf16 in the four variants, fp32 in the split one) to sm_90 machine code with Triton's bundled ptxas, in place of
-    launching it, and prints one line per specialisation: the kernel's name and its shared memory in bytes. Needs a
-    process where Triton compiles (TRITON_INTERPRET unset); no GPU."""
+    bf16 in the four variants, fp32 in the split one), each of an autotuned kernel's tiles, to sm_90 machine code
+    with Triton's bundled ptxas, in place of launching it, and prints one line per specialisation: the kernel's name,
+    its shared memory in bytes and its tiles. Needs a process where Triton compiles (TRITON_INTERPRET unset); no
+    GPU."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.runtime.autotuner import Autotuner
 
     compiled = set()
 
     def compile_instead(kernel, grid, *args, **kwargs):
+        if isinstance(kernel, Autotuner):
+            for config in kernel.configs:
+                options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+                compile_instead(kernel.fn, grid, *args, **kwargs, **config.kwargs, **options)
+            return
         options = {name: kwargs.pop(name) for name in ("num_warps", "num_stages") if name in kwargs}
+        assert all(programs > 0 for programs in (grid(kwargs) if callable(grid) else grid))
         signature, attrs = {}, {}
         for index, (name, value) in enumerate(zip(kernel.arg_names, args)):
             if isinstance(value, torch.Tensor):
@@ -412,7 +420,8 @@ def compile_for_hopper() -> None:
             binary = triton.compile(
                 ASTSource(kernel, signature, kwargs, attrs), target=GPUTarget("cuda", 90, 32), options=options
             )
-            print(kernel.__name__, binary.metadata.shared)
+            tiles = [kwargs.get(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")]
+            print(kernel.__name__, binary.metadata.shared, *tiles, options.get("num_warps"), options.get("num_stages"))
 
     kernels_gmlp._launch = compile_instead
     batch, length, channels = 2, 512, 1536
@@ -439,7 +448,8 @@ def compile_for_hopper() -> None:
 @pytest.mark.cpu_only("compiles for the GPU without one; on a GPU, the tests above run the compiled kernels")
 def test_every_kernel_compiles_for_hopper(device):
     """The interpreter does not check what the compiler does (dtypes, tl.dot's shapes, registers, shared memory): each
-    kernel of gMLP-base's unit compiles to sm_90 machine code here, within a block's shared memory."""
+    kernel of gMLP-base's unit compiles to sm_90 machine code here, within a block's shared memory, the bf16 GEMMs
+    with each of the tiles their autotuning times."""
     import triton
 
     if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
@@ -458,13 +468,42 @@ def test_every_kernel_compiles_for_hopper(device):
     lines = [line.split() for line in result.stdout.splitlines()]
     kernels = {"_gate_norm_kernel", "_spatial_product_kernel", "_gate_rebuild_kernel", "_weight_grad_kernel"}
     assert {line[0] for line in lines} == kernels | {"_gate_norm_backward_kernel"}, result.stdout
-    assert all(int(shared) <= HOPPER_SHARED_MEMORY for _name, shared in lines), result.stdout
+    assert all(int(line[1]) <= HOPPER_SHARED_MEMORY for line in lines), result.stdout
+    gemms = ("_spatial_product_kernel", "_weight_grad_kernel")
+    compiled_tiles = {(line[0], *map(int, line[2:])) for line in lines if line[0] in gemms}
+    for kernel in gemms:
+        assert {(kernel, *tiles) for tiles in kernels_gmlp.TUNED_TILES} <= compiled_tiles, result.stdout
+
+
+def test_the_gemms_time_their_tiles_only_for_long_16_bit_inputs_on_a_gpu(monkeypatch):
+    """The GEMMs autotune for 16-bit inputs of at least TUNED_MIN_LENGTH tokens when compiled, starting from the
+    fixed tiles at gMLP-base's sizes (so the timed choice is those or faster ones); fp32, short inputs and the
+    interpreter launch the fixed tiles."""
+    from triton.runtime.autotuner import Autotuner
+
+    for rows, cols, depth in [(512, 1536, 512), (512, 512, 1536)]:  # W @ gate, and dW's dM @ gate^T
+        config = kernels_gmlp._gemm_config(torch.bfloat16, rows=rows, cols=cols, depth=depth)
+        tiles = tuple(config[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"))
+        assert tiles == kernels_gmlp.TUNED_TILES[0]
+    monkeypatch.setattr(kernels_gmlp, "INTERPRETED", False)
+    for kernel in (kernels_gmlp._spatial_product_kernel, kernels_gmlp._weight_grad_kernel):
+        tuned, options = kernels_gmlp._gemm_launch(kernel, torch.bfloat16, 512, config)
+        assert isinstance(tuned, Autotuner) and tuned.fn is kernel and options == {}
+        assert len(tuned.configs) == len(kernels_gmlp.TUNED_TILES)
+        assert kernels_gmlp._gemm_launch(kernel, torch.float16, kernels_gmlp.TUNED_MIN_LENGTH, config)[0] is tuned
+        assert kernels_gmlp._gemm_launch(kernel, torch.float32, 512, config) == (kernel, config)
+        assert kernels_gmlp._gemm_launch(kernel, torch.bfloat16, kernels_gmlp.TUNED_MIN_LENGTH - 1, config) == (
+            kernel,
+            config,
+        )
+    monkeypatch.setattr(kernels_gmlp, "INTERPRETED", True)
+    assert kernels_gmlp._gemm_launch(kernels_gmlp._weight_grad_kernel, torch.bfloat16, 512, config)[1] == config
 
 
 # ---- on a GPU only ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("variant", ["multiplicative_split", "multiplicative"])
 def test_a_model_sized_unit_matches_the_reference_on_the_gpu(cuda_device, variant):
-    """gMLP-base's unit: 1,536 gate channels, 512 tokens, the full-size tiles (128 x 128 x 64 in bf16)."""
+    """gMLP-base's unit: 1,536 gate channels, 512 tokens, bf16: the GEMMs' autotuned tiles (TUNED_TILES)."""
     check_against_reference(
         variant, batch=2, length=512, channels=1536, heads=1, mask=True, tiny=True, dtype=torch.bfloat16,
         device=cuda_device,
