@@ -53,7 +53,7 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # About four programs per SM of an H100 (132 SMs): dW's GEMM splits the batch until it has as many.
 WEIGHT_GRAD_PROGRAMS = 512
 # The tiles (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) that the GEMMs choose among on a GPU by timing them
-# (`triton.autotune`, once per length, head width and dtype) for 16-bit inputs of at least TUNED_MIN_LENGTH tokens,
+# (`triton.autotune`, once per use, length, head width and dtype) for 16-bit inputs of at least TUNED_MIN_LENGTH tokens,
 # where the GEMMs are most of the unit's time. The first is `_gemm_config`'s at those sizes, so the timed choice is
 # never one that runs slower than it; each compiles for sm_90 within a block's shared memory
 # (tests/model/test_sgu_kernels.py), the 128 x 128 tiles spilling up to 112 bytes in the epilogues (ptxas -v, Triton
@@ -397,19 +397,25 @@ def _gemm_config(dtype: torch.dtype, *, rows: int, cols: int, depth: int) -> dic
     return config
 
 
-def _tuned(kernel):
-    """`kernel` under `triton.autotune` over TUNED_TILES, keyed by the length and the head's channels (Triton adds the
-    tensors' dtypes); the kernel itself where Triton is missing."""
+def _tuned(kernel, *uses: str):
+    """`kernel` under `triton.autotune` over TUNED_TILES, timed apart for each length, head width and value of the
+    arguments named in `uses` (Triton adds the tensors' dtypes); the kernel itself where Triton is missing."""
     if triton is None:
         return kernel
     configs = [
         triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=warps, num_stages=stages)
         for m, n, k, warps, stages in TUNED_TILES
     ]
-    return triton.autotune(configs, key=["length", "head_channels"])(kernel)
+    return triton.autotune(configs, key=["length", "head_channels", *uses])(kernel)
 
 
-_TUNED_KERNELS = {kernel: _tuned(kernel) for kernel in (_spatial_product_kernel, _weight_grad_kernel)}
+# The spatial product's uses differ in their epilogue's loads and in W's layout (W^T is read across its rows): each
+# takes the tiles timed for it.
+_PRODUCT_USES = ("EPILOGUE", "COMBINE", "HAS_TINY", "stride_weight_col")
+_TUNED_KERNELS = {
+    _spatial_product_kernel: _tuned(_spatial_product_kernel, *_PRODUCT_USES),
+    _weight_grad_kernel: _tuned(_weight_grad_kernel),
+}
 
 
 def _gemm_launch(kernel, dtype: torch.dtype, length: int, config: dict) -> tuple:

@@ -490,12 +490,16 @@ def test_the_gemms_time_their_tiles_only_for_long_16_bit_inputs_on_a_gpu(monkeyp
         tuned, options = kernels_gmlp._gemm_launch(kernel, torch.bfloat16, 512, config)
         assert isinstance(tuned, Autotuner) and tuned.fn is kernel and options == {}
         assert len(tuned.configs) == len(kernels_gmlp.TUNED_TILES)
+        assert {"length", "head_channels"} <= set(tuned.keys) <= set(tuned.arg_names)
         assert kernels_gmlp._gemm_launch(kernel, torch.float16, kernels_gmlp.TUNED_MIN_LENGTH, config)[0] is tuned
         assert kernels_gmlp._gemm_launch(kernel, torch.float32, 512, config) == (kernel, config)
         assert kernels_gmlp._gemm_launch(kernel, torch.bfloat16, kernels_gmlp.TUNED_MIN_LENGTH - 1, config) == (
             kernel,
             config,
         )
+    # The forward's gated output, the content's gradient and W^T @ dM are each timed for themselves.
+    product_keys = set(kernels_gmlp._TUNED_KERNELS[kernels_gmlp._spatial_product_kernel].keys)
+    assert {"EPILOGUE", "COMBINE", "HAS_TINY", "stride_weight_col"} <= product_keys
     monkeypatch.setattr(kernels_gmlp, "INTERPRETED", True)
     assert kernels_gmlp._gemm_launch(kernels_gmlp._weight_grad_kernel, torch.bfloat16, 512, config)[1] == config
 
