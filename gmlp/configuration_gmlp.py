@@ -1,5 +1,8 @@
 """gMLP / aMLP model configuration and the paper's named presets."""
 
+import dataclasses
+import difflib
+
 from huggingface_hub.dataclasses import strict
 from transformers.configuration_utils import PreTrainedConfig
 
@@ -230,9 +233,7 @@ class GMLPConfig(GMLPBlockConfig):
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "GMLPConfig":
         """A named configuration (`gmlp-base`, `amlp-large`, `gmlp-tiny`, ...; see `PRESETS`) with overrides."""
-        if name not in PRESETS:
-            raise ValueError(f"Unknown gMLP preset {name!r}; choose one of {', '.join(PRESETS)}.")
-        return cls(**{**PRESETS[name], **overrides})
+        return preset_config(cls, PRESETS, "gMLP preset", name, overrides)
 
     def validate_architecture(self):
         """Part of `@strict`-powered validation: reject sizes and options the model cannot be built with."""
@@ -246,6 +247,25 @@ class GMLPConfig(GMLPBlockConfig):
             raise ValueError(
                 f"Unknown `classifier_pooling` {self.classifier_pooling!r}; choose one of {', '.join(CLASSIFIER_POOLINGS)}."
             )
+
+
+def preset_config(cls, presets: dict, kind: str, name: str, overrides: dict):
+    """`cls` from the preset `name` with `overrides`, refusing an unknown preset name or an override that is no field
+    of the config (a misspelling would otherwise be kept as a stray attribute and saved into config.json)."""
+    if name not in presets:
+        raise ValueError(f"Unknown {kind} {name!r}; choose one of {', '.join(presets)}.")
+    config = cls(**{**presets[name], **overrides})
+    fields = {field.name for field in dataclasses.fields(cls)} | set(cls.attribute_map)
+    # Transformers' own keywords (num_labels, attn_implementation, ...) are consumed, not kept as attributes.
+    stray = [key for key in overrides if key not in fields and key in vars(config)]
+    if stray:
+        nearest = difflib.get_close_matches(stray[0], sorted(fields), n=1)
+        hint = f"did you mean {nearest[0]!r}? " if nearest else ""
+        raise ValueError(
+            f"Unknown override {stray[0]!r} for the {kind} {name!r}: {cls.__name__} has no such field; {hint}"
+            f"The fields are: {', '.join(sorted(fields))}."
+        )
+    return config
 
 
 # The vision models, like AUTO_MAP for the text ones: written into every saved vision config.json.
@@ -332,9 +352,7 @@ class GMLPVisionConfig(GMLPBlockConfig):
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "GMLPVisionConfig":
         """A named configuration (Table 1's `gmlp-ti16`, `gmlp-s16`, `gmlp-b16`, or `gmlp-tiny`) with overrides."""
-        if name not in VISION_PRESETS:
-            raise ValueError(f"Unknown gMLP vision preset {name!r}; choose one of {', '.join(VISION_PRESETS)}.")
-        return cls(**{**VISION_PRESETS[name], **overrides})
+        return preset_config(cls, VISION_PRESETS, "gMLP vision preset", name, overrides)
 
     @property
     def num_patches(self) -> int:

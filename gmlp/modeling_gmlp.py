@@ -46,6 +46,21 @@ logger = logging.get_logger(__name__)
 # tokens and 1.99x at 4,096 (in a 4-block encoder 0.78x and 1.62x; benchmarks/results/speed_gpu_2026-11-28.json).
 FFT_MIN_LENGTH = {"cpu": 1024, "cuda": 4096}
 
+# What `sgu_kernel="auto"` runs, by (device type, training, compiled): the gating unit's path that the project's GPU
+# record measured fastest there, with that record (file, the section and mode of its rows of gMLP with each path);
+# None where no record has measured both paths, and then the PyTorch path ("torch") runs until one shows another
+# faster. tests/model/test_modeling.py reads each named record back. Compiled bf16 inference on an H200: the Triton
+# unit 795k tokens/s, the PyTorch unit 875k (0.91x).
+AUTO_SGU_KERNEL = {
+    ("cuda", False, True): (
+        "torch",
+        ("benchmarks/results/speed_gpu_2026-11-28_kernels.json", "inference", "compiled"),
+    ),
+    ("cuda", False, False): ("torch", None),
+    ("cuda", True, False): ("torch", None),
+    ("cuda", True, True): ("torch", None),
+}
+
 
 @cache
 def load_sgu_kernel():
@@ -279,6 +294,19 @@ def check_positions(config: GMLPConfig, positions: torch.Tensor) -> None:
         )
 
 
+def toeplitz_block(diagonals: torch.Tensor, length: int) -> torch.Tensor:
+    """The leading (length x length) block of Toeplitz matrices, (heads, 2n - 1) -> (heads, L, L), with
+    T[i, j] = diagonals[i - j + n - 1], built by reshapes whose backward pass sums each diagonal in a fixed order (a
+    gather's backward adds into W with atomics on a GPU, in an order that changes between runs)."""
+    heads, n = diagonals.shape[0], (diagonals.shape[1] + 1) // 2
+    offsets = diagonals[:, n - length : n + length - 1]  # offsets -(L - 1) .. L - 1
+    # L copies of the offsets, read with rows of 2L: row i starts i entries further along, so R[i, j] = offsets[i + j]
+    # and T[i, j] = R[i, L - 1 - j].
+    rows = offsets[:, None].expand(heads, length, 2 * length - 1).reshape(heads, -1)
+    rows = nn.functional.pad(rows, (0, length)).view(heads, length, 2 * length)
+    return rows[..., :length].flip(-1)
+
+
 class GMLPSpatialProjection(nn.Module):
     """The spatial projection f(Z) = W Z + b of Eq. (2): mixes tokens, one (n x n) W per group of channels.
 
@@ -316,11 +344,13 @@ class GMLPSpatialProjection(nn.Module):
     def weight_at(self, layout: TokenLayout) -> torch.Tensor:
         """W[query positions, key positions] for every head: (1 or batch, heads, queries, keys)."""
         weight = self.applied_weight()
-        if not self.is_toeplitz and layout.shared_in_order:
-            # Tokens at 0..L-1: a dense W's leading block, sliced rather than gathered by index (whose backward pass
-            # sorts L^2 indices). A Toeplitz W is gathered: unfolding its diagonals would fix the length of a
-            # compiled or exported graph.
-            length = layout.query.shape[1]
+        length = layout.query.shape[1]
+        if self.is_toeplitz and layout.in_order:
+            # Tokens in order, each row's shifted by its leading padding: W[i - s, j - s] = W[i, j] at every real
+            # token, and padding neither mixes nor is mixed in, so the batch shares W's leading block.
+            return toeplitz_block(weight, length)[None]
+        if layout.shared_in_order:
+            # A dense W's leading block, sliced rather than gathered by index (whose backward pass sorts L^2 indices).
             return weight[:, :length, :length][None]
         if self.is_toeplitz:
             weight = weight[:, layout.query[:, :, None] - layout.key[:, None, :] + self.n - 1]
@@ -373,8 +403,9 @@ class GMLPSpatialProjection(nn.Module):
         # Output i is entry i + L - 1 of the full convolution; a transform of size 2L keeps entries L-1..2L-2
         # free of wrap-around. The transforms run along the last (contiguous) axis: ~1.7x faster than along L.
         size = 2 * length
-        kernel = torch.fft.rfft(kernel.float(), n=size)
-        signal = torch.fft.rfft(heads.float().transpose(-1, -2), n=size)
+        precision = torch.promote_types(heads.dtype, torch.float32)  # the half precisions in fp32, float64 kept
+        kernel = torch.fft.rfft(kernel.to(precision), n=size)
+        signal = torch.fft.rfft(heads.to(precision).transpose(-1, -2), n=size)
         product = torch.fft.irfft(signal * kernel, n=size)
         return product[..., length - 1 : 2 * length - 1].transpose(-1, -2).to(heads.dtype)
 
@@ -525,6 +556,10 @@ class GMLPSpatialGatingUnit(nn.Module):
         gate = self.spatial_proj(gate, layout)
         if tiny_attention_output is not None:
             gate = gate + tiny_attention_output
+        if layout.token_mask is not None:
+            # A padding position mixes nothing (docs/design.md, "Padding"): what W, b and the tiny attention would
+            # give there depends on the path (the FFT's convolution, W's clamped rows, a fully masked attention row).
+            gate = torch.where(layout.token_mask[..., None], gate, 0.0)
         if self.variant == "linear":
             return gate
         if self.variant == "additive":
@@ -532,12 +567,16 @@ class GMLPSpatialGatingUnit(nn.Module):
         return content * gate
 
     def kernel_for(self, projected: torch.Tensor, layout: TokenLayout, cache: Cache | None):
-        """The one choice of the fused Triton unit (returned) over the PyTorch path (None). `sgu_kernel="auto"` takes
-        it for CUDA tensors, `"triton"` wherever Triton runs (also under its CPU interpreter), `"torch"` never. Where
-        it does not cover the case, the PyTorch path runs and the reason is logged once."""
-        if self.kernel_choice == "torch" or cache is not None:
-            return None
-        if self.kernel_choice == "auto" and projected.device.type != "cuda":
+        """The one choice of the Triton unit (returned) over the PyTorch path (None). `sgu_kernel="triton"` takes it
+        wherever Triton runs (also under its CPU interpreter), `"torch"` never, `"auto"` where `AUTO_SGU_KERNEL`
+        says the record measured it fastest. Where it does not cover the case, the PyTorch path runs and the reason
+        is logged once."""
+        choice = self.kernel_choice
+        if choice == "auto":
+            training = self.training and torch.is_grad_enabled()
+            key = (projected.device.type, training, is_torchdynamo_compiling())
+            choice = AUTO_SGU_KERNEL.get(key, ("torch", None))[0]
+        if choice == "torch" or cache is not None:
             return None
         kernel = load_sgu_kernel()
         if kernel is None:
@@ -862,6 +901,7 @@ class GMLPPreTrainedModel(PreTrainedModel):
             labels = labels.to(logits.dtype)  # regression targets given as integers
         elif labels.dtype in (torch.long, torch.int):
             check_labels(labels, self.config.num_labels)
+            return unless_all_ignored(self.loss_function(labels, logits, self.config), labels != -100)
         return self.loss_function(labels, logits, self.config)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -1011,6 +1051,14 @@ def check_cache_layers(cache: Cache, num_layers: int) -> None:
         )
 
 
+def unless_all_ignored(loss: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
+    """`loss`, or 0 where no label counts (every one -100, the ignore index), where a mean over no label is NaN: the
+    zero stays in the graph, so its backward pass gives every parameter a zero gradient, as a Trainer step over such
+    a batch does. Every head's loss goes through here (docs/design.md, "Labels"); no branch on the values, so no
+    device sync and no graph break."""
+    return torch.where(counted.any(), loss, torch.zeros_like(loss))
+
+
 def check_labels(labels: torch.Tensor, num_classes: int) -> None:
     """Raise a clear error for class labels outside [0, num_classes) (-100, the ignore index, is allowed).
 
@@ -1094,6 +1142,7 @@ class GMLPForMaskedLM(GMLPPreTrainedModel):
             # Transformers' MLM loss: divided by the Trainer's `num_items_in_batch` when given (so gradient
             # accumulation and several processes average over all labelled tokens), else the mean.
             loss = self.loss_function(prediction_scores, labels, vocab_size=self.config.vocab_size, **kwargs)
+            loss = unless_all_ignored(loss, labels != -100)
         return MaskedLMOutput(
             loss=loss, logits=prediction_scores, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -1197,6 +1246,8 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
         if labels is not None:
             check_labels(labels, self.config.vocab_size)
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+            targets = kwargs.get("shift_labels", labels[..., 1:])  # the loss predicts token t + 1 from t
+            loss = unless_all_ignored(loss, targets != -100)
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
@@ -1303,7 +1354,7 @@ class GMLPForMultipleChoice(GMLPPreTrainedModel):
         loss = None
         if labels is not None:
             check_labels(labels, num_choices)
-            loss = CrossEntropyLoss()(logits, labels)
+            loss = unless_all_ignored(CrossEntropyLoss()(logits, labels), labels != -100)
         return MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -1350,7 +1401,7 @@ class GMLPForTokenClassification(GMLPPreTrainedModel):
         loss = None
         if labels is not None:
             check_labels(labels, self.config.num_labels)
-            loss = self.loss_function(logits, labels, self.config, **kwargs)
+            loss = unless_all_ignored(self.loss_function(logits, labels, self.config, **kwargs), labels != -100)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -1407,6 +1458,9 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
         loss = None
         if start_positions is not None and end_positions is not None:
             loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
+            # Transformers' loss ignores positions at or past the row's end (and counts negative ones as 0).
+            length = start_logits.shape[1]
+            loss = unless_all_ignored(loss, (start_positions < length).any() & (end_positions < length).any())
         return QuestionAnsweringModelOutput(
             loss=loss,
             start_logits=start_logits.contiguous(),

@@ -1,6 +1,8 @@
 """Behaviour of the gMLP / aMLP models: the paper's block, sequence handling, heads and the Hugging Face contract."""
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +20,8 @@ from gmlp import (
     GMLPForSequenceClassification,
     GMLPForTokenClassification,
     GMLPModel,
+    GMLPVisionConfig,
+    modeling_gmlp,
 )
 from gmlp.modeling_gmlp import GMLPSpatialGatingUnit, GMLPSpatialProjection, TokenLayout, drop_path
 
@@ -67,6 +71,16 @@ def test_from_preset_applies_overrides_and_rejects_unknown_names():
     assert (config.num_hidden_layers, config.sgu_variant, config.hidden_size) == (3, "additive", 128)
     with pytest.raises(ValueError, match="Unknown gMLP preset 'gmlp-huge'.*gmlp-base"):
         GMLPConfig.from_preset("gmlp-huge")
+
+
+def test_from_preset_refuses_a_misspelled_override_naming_the_nearest_field():
+    with pytest.raises(ValueError, match=r"Unknown override 'hiden_size' .* did you mean 'hidden_size'\?"):
+        GMLPConfig.from_preset("gmlp-tiny", hiden_size=64, num_hiden_layers=2)
+    with pytest.raises(ValueError, match=r"Unknown override 'patchsize' .* did you mean 'patch_size'\?"):
+        GMLPVisionConfig.from_preset("gmlp-tiny", patchsize=4)
+    # Transformers' own keywords and the attribute map's names are overrides like any field.
+    config = GMLPConfig.from_preset("gmlp-tiny", num_labels=3, attn_implementation="eager", head_dim=8)
+    assert (config.num_labels, config._attn_implementation, config.tiny_attention_size) == (3, "eager", 8)
 
 
 @pytest.mark.parametrize(
@@ -166,6 +180,47 @@ def test_fft_toeplitz_product_agrees_with_the_direct_one(spatial_projection, cau
         assert_close(fft_grad, direct_grad, atol=1e-3, rtol=1e-4)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_float64_projection_stays_in_float64_on_the_fft_path(spatial_projection, causal):
+    projection = spatial_projection(is_decoder=causal).double()
+    gate = torch.randn(2, 9, 24, dtype=torch.float64)
+    direct = projection(gate)
+    projection.config_fft_min_length = 1
+    via_fft = projection(gate)
+    assert via_fft.dtype == torch.float64
+    assert_close(via_fft, direct, atol=1e-12, rtol=1e-12)  # float32's FFT would be ~1e-7 away
+
+
+def backward_nodes(tensor: torch.Tensor) -> set[str]:
+    """The names of the autograd nodes behind `tensor`."""
+    seen, stack = set(), [tensor.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            stack.extend(next_node for next_node, _ in node.next_functions)
+    return {type(node).__name__ for node in seen}
+
+
+def test_the_toeplitz_block_sums_its_gradient_in_a_fixed_order(spatial_projection):
+    """The shared Toeplitz block's backward pass adds each diagonal with the same sum every time (a gather's
+    index_put adds with atomics on a GPU), and equals the gather's gradient."""
+    projection = spatial_projection(max_position_embeddings=32)
+    upstream = torch.randn(1, 32, 32)
+
+    def gradient(block):
+        return torch.autograd.grad(block, projection.weight, upstream.expand_as(block))[0]
+
+    layout = TokenLayout.sequential(32, upstream.device)
+    block = projection.weight_at(layout)
+    assert "IndexBackward0" not in backward_nodes(block)  # the gather whose backward is an index_put
+    first, second = gradient(block), gradient(projection.weight_at(layout))
+    assert torch.equal(first, second)
+    positions = torch.arange(32)
+    gathered = projection.weight[:, positions[:, None] - positions[None, :] + 31][None]
+    assert_close(first, gradient(gathered), atol=1e-5, rtol=1e-5)
+
+
 def test_fft_path_is_chosen_by_length_in_eager_mode_and_by_n_when_compiled(spatial_projection, monkeypatch):
     """Eager: a Toeplitz W takes the FFT for tokens in order from spatial_fft_min_length tokens on. Compiled (or
     exported): from the model's n, at every length, so that one graph serves every length. Positions out of order
@@ -188,6 +243,37 @@ def test_fft_path_is_chosen_by_length_in_eager_mode_and_by_n_when_compiled(spati
 
 
 # --- The spatial gating unit, the block and its init ---------------------------------------------------------
+
+
+def test_auto_takes_the_gating_path_that_its_record_measured_fastest():
+    """`AUTO_SGU_KERNEL`, the one place that decides `sgu_kernel="auto"`: each entry's path is the faster of gMLP's
+    two rows in the record it names, and an entry without a record takes the PyTorch path."""
+    root = Path(__file__).resolve().parents[2]
+    for key, (path, record) in modeling_gmlp.AUTO_SGU_KERNEL.items():
+        if record is None:
+            assert path == "torch", key
+            continue
+        file, section, mode = record
+        rows = json.loads((root / file).read_text())["gpu"][section]
+        speed = {row["model"]: row["tokens_per_second"] for row in rows if row["mode"] == mode}
+        assert path == max(("torch", "triton"), key=lambda unit: speed[f"gmlp ({unit})"]), (key, speed)
+
+
+def test_auto_follows_the_table_by_device_and_mode(tiny_config, monkeypatch):
+    """The unit reads the table with its device type, training (and grad) and compilation: a table that picked the
+    Triton unit for CPU training would run it there and nowhere else; the shipped table never picks it on a CPU."""
+    sgu = GMLPSpatialGatingUnit(tiny_config(sgu_kernel="auto"))
+    kernel = object()
+    monkeypatch.setattr(modeling_gmlp, "load_sgu_kernel", lambda: kernel)
+    projected, layout = torch.randn(1, 6, 48), TokenLayout.sequential(6, torch.device("cpu"))
+    assert sgu.train().kernel_for(projected, layout, None) is None
+    monkeypatch.setitem(modeling_gmlp.AUTO_SGU_KERNEL, ("cpu", True, False), ("triton", None))
+    assert sgu.train().kernel_for(projected, layout, None) is kernel
+    with torch.no_grad():
+        assert sgu.kernel_for(projected, layout, None) is None
+    assert sgu.eval().kernel_for(projected, layout, None) is None
+    monkeypatch.setattr(modeling_gmlp, "is_torchdynamo_compiling", lambda: True)
+    assert sgu.train().kernel_for(projected, layout, None) is None
 
 
 @pytest.mark.parametrize("variant", ["multiplicative_split", "multiplicative", "additive", "linear"])
@@ -375,6 +461,53 @@ def test_hidden_states_attentions_and_tuple_outputs(tiny_config):
     assert isinstance(as_tuple, tuple)
     torch.testing.assert_close(as_tuple[0], outputs.last_hidden_state)
     assert len(as_tuple) == 1  # only last_hidden_state: the base model has no pooler
+
+
+def no_labels(ids: torch.Tensor) -> dict:
+    return {"labels": torch.full_like(ids, -100)}
+
+
+def no_classes(ids: torch.Tensor) -> dict:
+    return {"labels": ids.new_full((len(ids),), -100)}
+
+
+def no_spans(ids: torch.Tensor) -> dict:
+    """Span positions past the row's end, which Transformers' span loss ignores."""
+    return {
+        "start_positions": ids.new_full((len(ids),), ids.shape[-1]),
+        "end_positions": ids.new_full((len(ids),), 99),
+    }
+
+
+@pytest.mark.parametrize(
+    "head, ignored, extra",
+    [
+        (GMLPForMaskedLM, no_labels, {}),
+        (GMLPForMaskedLM, no_labels, {"sparse_prediction": True}),
+        (GMLPForCausalLM, no_labels, {}),
+        (GMLPForTokenClassification, no_labels, {}),
+        (GMLPForSequenceClassification, no_classes, {}),
+        (GMLPForMultipleChoice, no_classes, {}),
+        (GMLPForQuestionAnswering, no_spans, {}),
+    ],
+    ids=lambda value: getattr(value, "__name__", str(value)),
+)
+def test_all_ignored_labels_give_a_zero_loss_with_zero_gradients(tiny_config, head, ignored, extra):
+    """Every head: a batch whose labels are all ignored has loss 0 (not a mean over nothing, NaN) and backward
+    gives every parameter a zero gradient; one label that counts gives the ordinary loss again."""
+    model = head(tiny_config(is_decoder=head is GMLPForCausalLM, num_labels=3)).train()
+    ids = random_ids(2, 6)[:, None].expand(2, 3, 6) if head is GMLPForMultipleChoice else random_ids(2, 6)
+    labels = ignored(ids)
+    loss = model(ids, **labels, **extra).loss
+    loss.backward()
+    assert loss.item() == 0.0
+    gradients = [param.grad for param in model.parameters() if param.grad is not None]
+    assert gradients and all(bool((gradient == 0).all()) for gradient in gradients)
+    counted = {name: value.clone() for name, value in labels.items()}
+    for value in counted.values():
+        value.view(-1)[-1] = 1
+    loss = model(ids, **counted, **extra).loss
+    assert torch.isfinite(loss) and loss.item() > 0
 
 
 def test_gmlp_without_tiny_attention_returns_no_attentions(tiny_config):

@@ -5,8 +5,11 @@ sequential, shifted, gapped or packed position ids; no cache, a dynamic or a sta
 `generate()`).
 
 Every drawn case compares logits against the plain path: dense W holding the same matrix, the direct product, eager
-attention, no cache, each row's real tokens run alone. The spatial weights and biases are drawn far from their
-near-zero init, where a token-mixing error would barely show.
+attention, no cache, each row's real tokens run alone; and the whole batch, padding positions included, against the
+plain path on the same batch: every position's logits, and without a cache the loss with padded labels (-100 at
+padding: a causal loss still reads the last padding position's logits for a row's first token) and every
+parameter's gradient. The spatial weights and biases are drawn far from their near-zero init, where a token-mixing
+error would barely show.
 """
 
 import copy
@@ -162,6 +165,49 @@ def padded_batch(case: Case, rows: list[torch.Tensor]):
     return ids, mask, None if case.positions == "none" else positions, slices
 
 
+def batch_inputs(case: Case, rows: list[torch.Tensor]) -> tuple[torch.Tensor, dict]:
+    """The rows as the model takes them in one batch (padded, or packed in one row): ids and keyword arguments."""
+    if case.positions == "packed":
+        return torch.cat(rows)[None], {"position_ids": packed_positions(rows)}
+    ids, mask, positions, _ = padded_batch(case, rows)
+    return ids, {"attention_mask": mask} | ({} if positions is None else {"position_ids": positions})
+
+
+def toeplitz_gradient(dense: torch.Tensor) -> torch.Tensor:
+    """A dense W's gradient as the gradient of the Toeplitz W holding the same matrix: each diagonal's sum."""
+    n = dense.shape[-1]
+    positions = torch.arange(n, device=dense.device)
+    offsets = (positions[:, None] - positions[None, :] + n - 1).flatten()
+    return dense.new_zeros(dense.shape[0], 2 * n - 1).index_add_(1, offsets, dense.flatten(1))
+
+
+def check_whole_batch(case: Case, model, plain, rows: list[torch.Tensor]) -> None:
+    """Every position of the batch, padding included, as the plain path gives it on the same batch; then the loss
+    with padded labels and every parameter's gradient (training mode, dropout 0)."""
+    ids, kwargs = batch_inputs(case, rows)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(ids, **kwargs).logits, plain(ids, **kwargs).logits, **TOLERANCE, msg=str(case)
+        )
+    mask = kwargs.get("attention_mask")
+    labels = ids if mask is None else ids.masked_fill(mask == 0, -100)
+    losses, grads = [], []
+    for each in (model, plain):
+        each.train().zero_grad(set_to_none=True)
+        loss = each(ids, labels=labels, **kwargs).loss
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append({name: param.grad for name, param in each.named_parameters() if param.grad is not None})
+        each.eval()
+    torch.testing.assert_close(losses[0], losses[1], **TOLERANCE, msg=f"loss of {case}")
+    assert grads[0].keys() == grads[1].keys(), case
+    for name, grad in grads[0].items():
+        expected = grads[1][name]
+        if name.endswith("spatial_proj.weight") and case.toeplitz:
+            expected = toeplitz_gradient(expected)
+        torch.testing.assert_close(grad, expected, **GRADIENT_TOLERANCE, msg=f"{name} of {case}")
+
+
 def check_forward(case: Case, model, plain, rows: list[torch.Tensor]) -> None:
     expected = [alone(plain, row, row_positions(case, len(row), index)) for index, row in enumerate(rows)]
     if case.positions == "packed":
@@ -198,6 +244,8 @@ def check_cached_steps(case: Case, model, plain, rows: list[torch.Tensor]) -> No
             out = model(ids[:, step : step + 1], attention_mask=mask[:, : step + 1], cache=cache, use_cache=True)
             outputs.append(out.logits)
     logits = torch.cat(outputs, dim=1)
+    with torch.no_grad():  # every position, padding included, as the whole padded batch gives it without a cache
+        torch.testing.assert_close(logits, plain(ids, attention_mask=mask).logits, **TOLERANCE, msg=str(case))
     for index, (row, part) in enumerate(zip(rows, slices)):
         want = alone(plain, row, None)
         torch.testing.assert_close(logits[index, part], want, **TOLERANCE, msg=f"row {index} of {case}")
@@ -280,6 +328,7 @@ def check(case: Case) -> None:
             check_generate(case, model, plain, rows)
         else:
             check_forward(case, model, plain, rows)
+            check_whole_batch(case, model, plain, rows)
     if case.kernel_applies:
         assert calls, f"the fused gating unit never ran in {case}"
     elif not case.kernel:
@@ -297,6 +346,10 @@ def check(case: Case) -> None:
 @example(Case(causal=True, cache="generate", lengths=(9, 6), padding="left"))
 @example(Case(causal=True, tiny_attention="sdpa", cache="dynamic", lengths=(9, 6), padding="left"))
 @example(Case(causal=True, tiny_attention="sdpa", cache="generate", lengths=(9, 6), padding="left"))
+# A left-padded causal batch: the FFT and the direct product once gave different logits at padding, which the shifted
+# loss reads for each row's first token.
+@example(Case(causal=True, padding="left", lengths=(12, 5)))
+@example(Case(causal=True, fft=False, padding="left", tiny_attention="sdpa", lengths=(12, 5)))
 @example(Case(positions="gapped", lengths=(10,)))
 @example(Case(causal=True, positions="gapped", lengths=(10,)))
 @example(Case(positions="packed", lengths=(11, 9, 8)))
