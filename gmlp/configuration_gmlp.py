@@ -172,9 +172,10 @@ class GMLPConfig(GMLPBlockConfig):
             exported, a model whose n (max_position_embeddings) is at least this uses the FFT at every length, so
             that one graph serves every length. None (the default): the cross-over measured on the device the
             weights are on (`modeling_gmlp.FFT_MIN_LENGTH`: 1,024 tokens on a CPU, 4,096 on a CUDA GPU).
-        sgu_kernel: How the spatial gating unit runs: `"auto"` (the default: the fused Triton kernel of
-            `kernels_gmlp.py` on CUDA where it applies, PyTorch otherwise), `"triton"` (the kernel wherever Triton
-            runs, its CPU interpreter included) or `"torch"` (always PyTorch).
+        sgu_kernel: How the spatial gating unit runs: `"auto"` (the default: the path the project's GPU record
+            measured fastest for the device and mode, `modeling_gmlp.AUTO_SGU_KERNEL`; today PyTorch's everywhere),
+            `"triton"` (the Triton unit of `kernels_gmlp.py` wherever Triton runs, its CPU interpreter included) or
+            `"torch"` (always PyTorch).
         tiny_attention_size: Size of aMLP's single-head tiny attention; 0 gives gMLP.
         num_sgu_heads: Number of groups of gate channels, each with its own spatial W.
         is_decoder: Causal mode: W is lower-triangular and the tiny attention causal (for `GMLPForCausalLM`).
