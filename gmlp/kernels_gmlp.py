@@ -1,24 +1,43 @@
-"""The spatial gating unit fused in Triton, forward and backward, for CUDA (and on the CPU under Triton's interpreter).
+"""The spatial gating unit as a hybrid of cuBLAS and Triton, forward and backward, for CUDA (and on the CPU under
+Triton's interpreter).
 
-`spatial_gating` computes what `GMLPLayer.gating` computes from U's output Z (before GELU), in five kernels (the
-GEMM is used three ways):
+`spatial_gating` computes what `GMLPLayer.gating` computes from U's output Z (before GELU). The spatial products
+(token mixing by W) are GEMMs that cuBLAS runs (`torch.bmm`), with W cast to the compute dtype once per call; Triton
+runs only the passes over rows of tokens, where the unit's time goes in elementwise traffic.
+
+The gate and the product live head-major, (heads, L, batch, C / heads): then each head's product over the whole
+batch is one GEMM, W[h] (L x L) @ (L x batch * C / heads), with no copy of W per sample and no transpose; the row
+kernels read and write that layout directly.
 
 forward
-  1. `_gate_norm_kernel`, one pass over the gate's half of Z: GELU, the gate's LayerNorm and the token mask; writes
-     the normalised gate and each token's mean and 1/std.
-  2. `_spatial_product_kernel`, the product W @ gate per (batch, SGU head) as a GEMM whose epilogue adds the bias
-     (and aMLP's tiny-attention output) and applies the variant with the content, GELU(Z1) recomputed from Z there:
-     the gated result is written once.
-backward (from Z, the statistics, the parameters and the tiny-attention output alone: GELU's output, the normalised
-gate and the product are rebuilt, never kept between the passes)
-  3. `_gate_rebuild_kernel`: the normalised gate again, and the product's gradient dM = dOut * GELU(Z1) where the
-     variant multiplies.
-  4. `_spatial_product_kernel` again: for a multiplicative variant W @ gate once more, whose epilogue writes the
-     content's gradient dOut * (W gate + b + tiny) * GELU'(Z1) straight into dZ; then W^T @ dM, the gate's gradient.
-  5. `_weight_grad_kernel`: dW = sum over the batch of dM @ gate^T per head, and the bias's gradient beside it (the
-     batch split across programs where L is short, the splits' fp32 partial sums added after).
-  6. `_gate_norm_backward_kernel`: the LayerNorm's and GELU's backward per token, into dZ, with per-program partial
-     sums of the LayerNorm's weight and bias gradients.
+  1. `_gate_norm_kernel`, one pass over Z: GELU, the split, the gate's LayerNorm, zero at padding; writes the
+     normalised gate (head-major, compute dtype) and each token's mean and 1/std (fp32).
+  2. cuBLAS: the product P = W @ gate, one batched GEMM over the heads.
+  3. `_combine_kernel`, a second, light row pass: mixed = P + b (+ aMLP's tiny-attention output), zero at padding;
+     the output content (x|+) mixed with the content GELU(Z1) recomputed from Z. A Triton pass rather than torch
+     pointwise ops: eager mode would run five or more kernels for it, each a round trip through memory, and it
+     also turns the head-major `mixed` back into (batch, L, C) rows on the way; it writes `mixed` back over P (in the
+     compute dtype) for the backward of a multiplicative variant, which is the only one that reads it.
+backward (from Z, the statistics, the parameters, the token mask and, for a multiplicative variant, `mixed`: no
+GEMM is recomputed)
+  4. `_mixed_grad_kernel`, one pass over Z, dOut and `mixed`: the normalised gate rebuilt; dM, the gradient of
+     `mixed` (dOut * GELU(Z1) for a multiplicative variant, dOut otherwise; zero at padding), which is also the
+     tiny-attention output's gradient; and the content's share of dZ (dOut * mixed * GELU'(Z1) where it multiplies).
+  5. cuBLAS: dW = dM @ gate^T per head (the sum over the batch and the head's channels is the GEMM's inner
+     dimension) and dgate = W^T @ dM; db = dM's sum over the batch and the channels (torch, deterministic).
+  6. `_gate_norm_backward_kernel`: the LayerNorm's and GELU's backward per token into dZ's gate channels, with the
+     LayerNorm's weight and bias gradients as per-program partial sums added in a fixed order (no atomics).
+
+Kept for the backward: Z, the per-token mean and 1/std, the token mask (fp32), the parameters (not b: its gradient
+needs only dM), and `mixed` for the multiplicative variants (the compute dtype, C numbers per token).
+
+Padding (`token_mask` False): the normalised gate is zeroed before mixing, and `mixed` (W gate + b + tiny) is zero at
+the padded query positions, so the unit outputs content (x|+) 0 there: 0 for the multiplicative variants and
+"linear", GELU(Z) for "additive". No gradient flows from a padded query position into W, b or the tiny-attention
+output.
+
+Every offset of a token row is computed in int64 (`_row_offsets`, `_head_major_offsets`): batch x L x C may pass
+2^31 elements.
 
 The kernels are registered as custom ops (`gmlp::sgu_forward`, `gmlp::sgu_backward`, through
 `torch.library.triton_op`) with autograd, so that torch.compile and torch.export see them. Imports only torch, Triton
@@ -50,16 +69,9 @@ COMBINES = {
     "multiplicative_split": "multiplicative",
 }
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# About four programs per SM of an H100 (132 SMs): dW's GEMM splits the batch until it has as many.
-WEIGHT_GRAD_PROGRAMS = 512
-# The tiles (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) that the GEMMs choose among on a GPU by timing them
-# (`triton.autotune`, once per use, length, head width and dtype) for 16-bit inputs of at least TUNED_MIN_LENGTH tokens,
-# where the GEMMs are most of the unit's time. The first is `_gemm_config`'s at those sizes, so the timed choice is
-# never one that runs slower than it; each compiles for sm_90 within a block's shared memory
-# (tests/model/test_sgu_kernels.py), the 128 x 128 tiles spilling up to 112 bytes in the epilogues (ptxas -v, Triton
-# 3.9). Shorter or fp32 inputs, and the interpreter, take `_gemm_config`'s alone.
-TUNED_TILES = ((128, 64, 64, 8, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4))
-TUNED_MIN_LENGTH = 128
+# The most programs of the LayerNorm's backward, each keeping one partial sum of the weight's and bias's gradients:
+# a few per SM of an H100 (132 SMs), and few partial sums to add.
+NORM_GRAD_PROGRAMS = 1024
 
 
 def is_available() -> bool:
@@ -72,7 +84,7 @@ def _jit(fn):
     return triton.jit(fn) if triton is not None else fn
 
 
-# ---- the kernels -------------------------------------------------------------------------------------------------
+# ---- the kernels' pieces -----------------------------------------------------------------------------------------
 @_jit
 def _gelu(x):
     return 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
@@ -85,6 +97,38 @@ def _gelu_grad(x):
 
 
 @_jit
+def _row_offsets(row, stride):
+    """row * stride for a block of token rows (row = sample * L + token), in int64."""
+    return row.to(tl.int64) * stride
+
+
+@_jit
+def _head_major_offsets(row, col, length, batch, head_channels):
+    """Where channel `col` of token row `row` (sample * L + token) lies in a head-major (heads, L, batch, C / heads)
+    buffer, (rows, cols) offsets in int64: ((head * L + token) * batch + sample) * head_channels + channel."""
+    sample, token = row // length, row % length
+    head, within = col // head_channels, col % head_channels
+    token_offsets = (token.to(tl.int64) * batch + sample) * head_channels
+    head_offsets = head.to(tl.int64) * length * batch * head_channels + within
+    return token_offsets[:, None] + head_offsets[None, :]
+
+
+@_jit
+def _kept(token_mask_ptr, row, row_in):
+    """Whether each token row is a real token (the fp32 token mask is not 0)."""
+    return tl.load(token_mask_ptr + row, mask=row_in, other=0.0) != 0.0
+
+
+@_jit
+def _layer_norm(activated, mean, rstd, norm_weight_ptr, norm_bias_ptr, col, col_in):
+    """The gate's LayerNorm of GELU's output from each token's mean and 1/std, in fp32."""
+    norm_weight = tl.load(norm_weight_ptr + col, mask=col_in, other=0.0).to(tl.float32)
+    norm_bias = tl.load(norm_bias_ptr + col, mask=col_in, other=0.0).to(tl.float32)
+    return (activated - mean[:, None]) * rstd[:, None] * norm_weight[None, :] + norm_bias[None, :]
+
+
+# ---- the kernels -------------------------------------------------------------------------------------------------
+@_jit
 def _gate_norm_kernel(
     projected_ptr,
     norm_weight_ptr,
@@ -94,7 +138,10 @@ def _gate_norm_kernel(
     mean_ptr,
     rstd_ptr,
     rows,
+    length,
+    batch,
     channels,
+    head_channels,
     gate_offset,
     stride_projected,
     eps,
@@ -102,29 +149,78 @@ def _gate_norm_kernel(
     BLOCK_ROWS: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
-    """Rows of tokens: gate = LayerNorm(GELU(Z2)) * mask, stored in the gate buffer's dtype; mean and 1/std in fp32."""
+    """Rows of tokens: gate = LayerNorm(GELU(Z2)), 0 at padding, stored head-major in the gate buffer's dtype; each
+    token's mean and 1/std in fp32."""
     row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     col = tl.arange(0, BLOCK_C)
     row_in, col_in = row < rows, col < channels
     inside = row_in[:, None] & col_in[None, :]
-    z_offsets = row.to(tl.int64)[:, None] * stride_projected + gate_offset + col[None, :]
-    activated = _gelu(tl.load(projected_ptr + z_offsets, mask=inside, other=0.0).to(tl.float32))
+    z_offsets = _row_offsets(row, stride_projected)[:, None] + gate_offset + col[None, :]
+    z = tl.load(projected_ptr + z_offsets, mask=inside, other=0.0).to(tl.float32)
+    activated = _gelu(z)
     mean = tl.sum(activated, axis=1) / channels
     centred = tl.where(inside, activated - mean[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=1) / channels + eps)
-    norm_weight = tl.load(norm_weight_ptr + col, mask=col_in, other=0.0).to(tl.float32)
-    norm_bias = tl.load(norm_bias_ptr + col, mask=col_in, other=0.0).to(tl.float32)
-    gate = centred * rstd[:, None] * norm_weight[None, :] + norm_bias[None, :]
+    gate = _layer_norm(activated, mean, rstd, norm_weight_ptr, norm_bias_ptr, col, col_in)
     if HAS_MASK:
-        gate = gate * tl.load(token_mask_ptr + row, mask=row_in, other=0.0)[:, None]
-    gate_offsets = row.to(tl.int64)[:, None] * channels + col[None, :]
+        gate = tl.where(_kept(token_mask_ptr, row, row_in)[:, None], gate, 0.0)
+    gate_offsets = _head_major_offsets(row, col, length, batch, head_channels)
     tl.store(gate_ptr + gate_offsets, gate.to(gate_ptr.dtype.element_ty), mask=inside)
     tl.store(mean_ptr + row, mean, mask=row_in)
     tl.store(rstd_ptr + row, rstd, mask=row_in)
 
 
 @_jit
-def _gate_rebuild_kernel(
+def _combine_kernel(
+    projected_ptr,
+    mixed_ptr,
+    bias_ptr,
+    tiny_ptr,
+    token_mask_ptr,
+    out_ptr,
+    rows,
+    length,
+    batch,
+    channels,
+    head_channels,
+    stride_projected,
+    stride_bias_head,
+    stride_bias_token,
+    HAS_MASK: tl.constexpr,
+    HAS_TINY: tl.constexpr,
+    COMBINE: tl.constexpr,
+    STORE_MIXED: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """Rows of tokens: mixed = P + b (+ tiny), 0 at padding, from the product P in the head-major `mixed` buffer
+    (written back over P where STORE_MIXED); out = GELU(Z1) (x|+) mixed as the variant combines, in (batch, L, C)."""
+    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    col = tl.arange(0, BLOCK_C)
+    row_in, col_in = row < rows, col < channels
+    inside = row_in[:, None] & col_in[None, :]
+    mixed_offsets = _head_major_offsets(row, col, length, batch, head_channels)
+    mixed = tl.load(mixed_ptr + mixed_offsets, mask=inside, other=0.0).to(tl.float32)
+    bias_offsets = (col // head_channels)[None, :] * stride_bias_head + (row % length)[:, None] * stride_bias_token
+    mixed += tl.load(bias_ptr + bias_offsets, mask=inside, other=0.0).to(tl.float32)
+    channel_offsets = _row_offsets(row, channels)[:, None] + col[None, :]
+    if HAS_TINY:
+        mixed += tl.load(tiny_ptr + channel_offsets, mask=inside, other=0.0).to(tl.float32)
+    if HAS_MASK:
+        mixed = tl.where(_kept(token_mask_ptr, row, row_in)[:, None], mixed, 0.0)
+    if STORE_MIXED:
+        tl.store(mixed_ptr + mixed_offsets, mixed.to(mixed_ptr.dtype.element_ty), mask=inside)
+    if COMBINE == "linear":
+        out = mixed
+    else:
+        z_offsets = _row_offsets(row, stride_projected)[:, None] + col[None, :]
+        content = _gelu(tl.load(projected_ptr + z_offsets, mask=inside, other=0.0).to(tl.float32))
+        out = content + mixed if COMBINE == "additive" else content * mixed
+    tl.store(out_ptr + channel_offsets, out.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+@_jit
+def _mixed_grad_kernel(
     projected_ptr,
     norm_weight_ptr,
     norm_bias_ptr,
@@ -132,186 +228,61 @@ def _gate_rebuild_kernel(
     mean_ptr,
     rstd_ptr,
     grad_ptr,
+    mixed_ptr,
     gate_ptr,
     grad_mixed_ptr,
+    grad_tiny_ptr,
+    grad_projected_ptr,
     rows,
+    length,
+    batch,
     channels,
+    head_channels,
     gate_offset,
     stride_projected,
     HAS_MASK: tl.constexpr,
-    MULTIPLICATIVE_VARIANT: tl.constexpr,
+    HAS_TINY: tl.constexpr,
+    COMBINE: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
-    """The backward's first pass over rows of tokens: the normalised gate from Z and the saved statistics, and, where
-    the variant multiplies, the product's gradient dM = dOut * GELU(Z1)."""
+    """The backward's first pass over rows of tokens: the normalised gate rebuilt from Z and the statistics
+    (head-major); dM = dOut * GELU(Z1) for a multiplicative variant, else dOut, 0 at padding (head-major, and in
+    (batch, L, C) as the tiny-attention output's gradient where HAS_TINY); for a multiplicative variant, the
+    content's gradient dOut * mixed * GELU'(Z1) into dZ's content channels."""
     row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     col = tl.arange(0, BLOCK_C)
     row_in, col_in = row < rows, col < channels
     inside = row_in[:, None] & col_in[None, :]
-    z_rows = row.to(tl.int64)[:, None] * stride_projected
-    z = tl.load(projected_ptr + z_rows + gate_offset + col[None, :], mask=inside, other=0.0)
-    activated = _gelu(z.to(tl.float32))
+    z_rows = _row_offsets(row, stride_projected)[:, None]
+    z = tl.load(projected_ptr + z_rows + gate_offset + col[None, :], mask=inside, other=0.0).to(tl.float32)
     mean = tl.load(mean_ptr + row, mask=row_in, other=0.0)
     rstd = tl.load(rstd_ptr + row, mask=row_in, other=0.0)
-    norm_weight = tl.load(norm_weight_ptr + col, mask=col_in, other=0.0).to(tl.float32)
-    norm_bias = tl.load(norm_bias_ptr + col, mask=col_in, other=0.0).to(tl.float32)
-    gate = (activated - mean[:, None]) * rstd[:, None] * norm_weight[None, :] + norm_bias[None, :]
+    gate = _layer_norm(_gelu(z), mean, rstd, norm_weight_ptr, norm_bias_ptr, col, col_in)
     if HAS_MASK:
-        gate = gate * tl.load(token_mask_ptr + row, mask=row_in, other=0.0)[:, None]
-    channel_offsets = row.to(tl.int64)[:, None] * channels + col[None, :]
-    tl.store(gate_ptr + channel_offsets, gate.to(gate_ptr.dtype.element_ty), mask=inside)
-    if MULTIPLICATIVE_VARIANT:
-        content = _gelu(tl.load(projected_ptr + z_rows + col[None, :], mask=inside, other=0.0).to(tl.float32))
-        grad = tl.load(grad_ptr + channel_offsets, mask=inside, other=0.0).to(tl.float32)
-        tl.store(grad_mixed_ptr + channel_offsets, (grad * content).to(grad_mixed_ptr.dtype.element_ty), mask=inside)
-
-
-@_jit
-def _spatial_product_kernel(
-    weight_ptr,
-    operand_ptr,
-    bias_ptr,
-    tiny_ptr,
-    projected_ptr,
-    grad_ptr,
-    out_ptr,
-    length,
-    channels,
-    head_channels,
-    heads,
-    stride_weight_head,
-    stride_weight_row,
-    stride_weight_col,
-    stride_bias_head,
-    stride_bias_token,
-    stride_projected,
-    stride_out,
-    EPILOGUE: tl.constexpr,
-    COMBINE: tl.constexpr,
-    HAS_TINY: tl.constexpr,
-    DOT_IN_FP32: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    """One (BLOCK_M tokens x BLOCK_N channels) tile of W[head] @ operand[batch, :, head's channels] per program
-    (grid: tiles, batch * heads), accumulated in fp32; W's strides may be swapped for W^T. The epilogue:
-    "product" stores the product; "gated_output" adds the bias (and tiny) and combines it with GELU(Z1) as the
-    variant does; "content_gradient" stores dOut * (product + bias + tiny) * GELU'(Z1), the content's gradient of a
-    multiplicative variant."""
-    tiles_n = tl.cdiv(head_channels, BLOCK_N)
-    tile_m, tile_n = tl.program_id(0) // tiles_n, tl.program_id(0) % tiles_n
-    batch, head = tl.program_id(1) // heads, tl.program_id(1) % heads
-    token = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    head_col = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col = head * head_channels + head_col
-    token_in, col_in = token < length, head_col < head_channels
-    weight_rows = weight_ptr + head.to(tl.int64) * stride_weight_head + token[:, None] * stride_weight_row
-    batch_row = batch.to(tl.int64) * length
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for start in range(0, length, BLOCK_K):
-        key = start + tl.arange(0, BLOCK_K)
-        key_in = key < length
-        operand = tl.load(
-            operand_ptr + (batch_row + key)[:, None] * channels + col[None, :],
-            mask=key_in[:, None] & col_in[None, :],
-            other=0.0,
+        kept = _kept(token_mask_ptr, row, row_in)[:, None]
+        gate = tl.where(kept, gate, 0.0)
+    head_offsets = _head_major_offsets(row, col, length, batch, head_channels)
+    tl.store(gate_ptr + head_offsets, gate.to(gate_ptr.dtype.element_ty), mask=inside)
+    channel_offsets = _row_offsets(row, channels)[:, None] + col[None, :]
+    grad = tl.load(grad_ptr + channel_offsets, mask=inside, other=0.0).to(tl.float32)
+    if COMBINE == "multiplicative":
+        z_content = tl.load(projected_ptr + z_rows + col[None, :], mask=inside, other=0.0).to(tl.float32)
+        mixed = tl.load(mixed_ptr + head_offsets, mask=inside, other=0.0).to(tl.float32)
+        grad_content = grad * mixed * _gelu_grad(z_content)
+        tl.store(
+            grad_projected_ptr + z_rows + col[None, :],
+            grad_content.to(grad_projected_ptr.dtype.element_ty),
+            mask=inside,
         )
-        weight = tl.load(
-            weight_rows + key[None, :] * stride_weight_col, mask=token_in[:, None] & key_in[None, :], other=0.0
-        )
-        weight = weight.to(operand.dtype)
-        if DOT_IN_FP32:
-            weight, operand = weight.to(tl.float32), operand.to(tl.float32)
-        acc = tl.dot(weight, operand, acc, input_precision=DOT_PRECISION)
-
-    inside = token_in[:, None] & col_in[None, :]
-    rows = (batch_row + token)[:, None]
-    if EPILOGUE == "product":
-        result = acc
+        grad_mixed = grad * _gelu(z_content)
     else:
-        bias = tl.load(bias_ptr + head * stride_bias_head + token * stride_bias_token, mask=token_in, other=0.0)
-        mixed = acc + bias.to(tl.float32)[:, None]
-        if HAS_TINY:
-            mixed += tl.load(tiny_ptr + rows * channels + col[None, :], mask=inside, other=0.0).to(tl.float32)
-        z_offsets = rows * stride_projected + col[None, :]
-        if EPILOGUE == "gated_output":
-            if COMBINE == "linear":
-                result = mixed
-            elif COMBINE == "additive":
-                result = _gelu(tl.load(projected_ptr + z_offsets, mask=inside, other=0.0).to(tl.float32)) + mixed
-            else:
-                result = _gelu(tl.load(projected_ptr + z_offsets, mask=inside, other=0.0).to(tl.float32)) * mixed
-        else:
-            z_content = tl.load(projected_ptr + z_offsets, mask=inside, other=0.0).to(tl.float32)
-            grad = tl.load(grad_ptr + rows * channels + col[None, :], mask=inside, other=0.0).to(tl.float32)
-            result = grad * mixed * _gelu_grad(z_content)
-    tl.store(out_ptr + rows * stride_out + col[None, :], result.to(out_ptr.dtype.element_ty), mask=inside)
-
-
-@_jit
-def _weight_grad_kernel(
-    grad_mixed_ptr,
-    gate_ptr,
-    weight_grad_ptr,
-    bias_grad_ptr,
-    batch,
-    samples_per_split,
-    length,
-    heads,
-    channels,
-    head_channels,
-    DOT_IN_FP32: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    """The share of one split of the batch (`samples_per_split` samples) in dW[head] = sum over the batch of
-    dM[b, :, head] @ gate[b, :, head]^T: one (BLOCK_M x BLOCK_N) tile per program (grid: tiles, heads, splits),
-    accumulated in fp32 over the split's samples and the head's channels, stored as the split's partial sum (fp32,
-    (splits, heads, L, L)); the programs of the first column of tiles also store the split's share of the bias's
-    gradient, dM's sum over the samples and the head's channels ((splits, heads, L)). Splitting the batch keeps the
-    GPU busy where L is short: (512 / 128)^2 tiles per head are 16 programs."""
-    head, split = tl.program_id(1), tl.program_id(2)
-    tiles_n = tl.cdiv(length, BLOCK_N)
-    tile_m, tile_n = tl.program_id(0) // tiles_n, tl.program_id(0) % tiles_n
-    query = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    key = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    query_in, key_in = query < length, key < length
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    bias_acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    first_sample = split * samples_per_split
-    for sample in range(first_sample, tl.minimum(first_sample + samples_per_split, batch)):
-        query_rows = (sample * length + query).to(tl.int64)
-        key_rows = (sample * length + key).to(tl.int64)
-        for start in range(0, head_channels, BLOCK_K):
-            head_col = start + tl.arange(0, BLOCK_K)
-            col, col_in = head * head_channels + head_col, head_col < head_channels
-            grad_mixed = tl.load(
-                grad_mixed_ptr + query_rows[:, None] * channels + col[None, :],
-                mask=query_in[:, None] & col_in[None, :],
-                other=0.0,
-            )
-            gate = tl.load(
-                gate_ptr + key_rows[:, None] * channels + col[None, :],
-                mask=key_in[:, None] & col_in[None, :],
-                other=0.0,
-            )
-            if DOT_IN_FP32:
-                grad_mixed, gate = grad_mixed.to(tl.float32), gate.to(tl.float32)
-            acc = tl.dot(grad_mixed, tl.trans(gate), acc, input_precision=DOT_PRECISION)
-            bias_acc += tl.sum(grad_mixed.to(tl.float32), axis=1)
-    head_rows = (split * heads + head).to(tl.int64) * length
-    tl.store(
-        weight_grad_ptr + (head_rows + query)[:, None] * length + key[None, :],
-        acc.to(weight_grad_ptr.dtype.element_ty),
-        mask=query_in[:, None] & key_in[None, :],
-    )
-    if tile_n == 0:
-        tl.store(bias_grad_ptr + head_rows + query, bias_acc.to(bias_grad_ptr.dtype.element_ty), mask=query_in)
+        grad_mixed = grad
+    if HAS_MASK:
+        grad_mixed = tl.where(kept, grad_mixed, 0.0)
+    tl.store(grad_mixed_ptr + head_offsets, grad_mixed.to(grad_mixed_ptr.dtype.element_ty), mask=inside)
+    if HAS_TINY:
+        tl.store(grad_tiny_ptr + channel_offsets, grad_mixed.to(grad_tiny_ptr.dtype.element_ty), mask=inside)
 
 
 @_jit
@@ -327,7 +298,10 @@ def _gate_norm_backward_kernel(
     partial_weight_ptr,
     partial_bias_ptr,
     rows,
+    length,
+    batch,
     channels,
+    head_channels,
     gate_offset,
     rows_per_program,
     stride_projected,
@@ -337,10 +311,10 @@ def _gate_norm_backward_kernel(
     BLOCK_ROWS: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
-    """The gate's backward over `rows_per_program` tokens per program: through the mask, the LayerNorm (from the saved
-    statistics) and GELU into dZ's gate channels, adding the content's gradient where content and gate are the same
-    GELU(Z) (the unsplit variants: dOut for "additive", the GEMM's "content_gradient" already in dZ for
-    "multiplicative"); the LayerNorm's weight and bias gradients as one partial sum per program."""
+    """The gate's backward over `rows_per_program` tokens per program, from dgate (head-major): through the mask,
+    the LayerNorm (from the saved statistics) and GELU into dZ's gate channels, adding the content's gradient where
+    content and gate are the same GELU(Z) (the unsplit variants: dOut for "additive", `_mixed_grad_kernel`'s, already
+    in dZ, for "multiplicative"); the LayerNorm's weight and bias gradients as one partial sum per program."""
     col = tl.arange(0, BLOCK_C)
     col_in = col < channels
     norm_weight = tl.load(norm_weight_ptr + col, mask=col_in, other=0.0).to(tl.float32)
@@ -350,15 +324,15 @@ def _gate_norm_backward_kernel(
         row = tl.program_id(0) * rows_per_program + start + tl.arange(0, BLOCK_ROWS)
         row_in = row < rows
         inside = row_in[:, None] & col_in[None, :]
-        z_offsets = row.to(tl.int64)[:, None] * stride_projected + gate_offset + col[None, :]
-        channel_offsets = row.to(tl.int64)[:, None] * channels + col[None, :]
+        z_offsets = _row_offsets(row, stride_projected)[:, None] + gate_offset + col[None, :]
         z = tl.load(projected_ptr + z_offsets, mask=inside, other=0.0).to(tl.float32)
         mean = tl.load(mean_ptr + row, mask=row_in, other=0.0)
         rstd = tl.load(rstd_ptr + row, mask=row_in, other=0.0)
         normalised = tl.where(inside, (_gelu(z) - mean[:, None]) * rstd[:, None], 0.0)
-        grad_normed = tl.load(grad_gate_ptr + channel_offsets, mask=inside, other=0.0).to(tl.float32)
+        head_offsets = _head_major_offsets(row, col, length, batch, head_channels)
+        grad_normed = tl.load(grad_gate_ptr + head_offsets, mask=inside, other=0.0).to(tl.float32)
         if HAS_MASK:
-            grad_normed = grad_normed * tl.load(token_mask_ptr + row, mask=row_in, other=0.0)[:, None]
+            grad_normed = tl.where(_kept(token_mask_ptr, row, row_in)[:, None], grad_normed, 0.0)
         weight_acc += grad_normed * normalised
         bias_acc += grad_normed
         grad_scaled = grad_normed * norm_weight[None, :]
@@ -366,6 +340,7 @@ def _gate_norm_backward_kernel(
         centre = tl.sum(grad_scaled, axis=1) / channels
         grad_activated = (grad_scaled - normalised * projection[:, None] - centre[:, None]) * rstd[:, None]
         if COMBINE == "additive":
+            channel_offsets = _row_offsets(row, channels)[:, None] + col[None, :]
             grad_activated += tl.load(grad_ptr + channel_offsets, mask=inside, other=0.0).to(tl.float32)
         grad_z = grad_activated * _gelu_grad(z)
         if COMBINE == "multiplicative" and not SPLIT:
@@ -376,56 +351,6 @@ def _gate_norm_backward_kernel(
 
 
 # ---- launch configuration ----------------------------------------------------------------------------------------
-def _block(size: int, largest: int) -> int:
-    """A power-of-two block of at least 16 (tl.dot's least) and at most `largest`, masked beyond `size`."""
-    return min(largest, max(16, triton.next_power_of_2(size)))
-
-
-def _gemm_config(dtype: torch.dtype, *, rows: int, cols: int, depth: int) -> dict:
-    """Tiles for a (rows x depth) @ (depth x cols) product: 128 x 64 x 64 for 16-bit inputs, 64 x 64 x 32 for fp32,
-    smaller for small shapes; eight warps. Compiled for sm_90 (Triton 3.9, without a GPU), each kernel at gMLP-base's
-    sizes takes at most 172 registers and 90 KiB of shared memory with these, where 128 x 128 tiles and four warps
-    in fp32 ran out of registers (spills) in the epilogues."""
-    wide = dtype.itemsize == 2
-    config = {
-        "BLOCK_M": _block(rows, 128 if wide else 64),
-        "BLOCK_N": _block(cols, 64),
-        "BLOCK_K": _block(depth, 64 if wide else 32),
-    }
-    config["num_warps"] = 8 if config["BLOCK_M"] * config["BLOCK_N"] >= 64 * 64 else 4
-    config["num_stages"] = 3
-    return config
-
-
-def _tuned(kernel, *uses: str):
-    """`kernel` under `triton.autotune` over TUNED_TILES, timed apart for each length, head width and value of the
-    arguments named in `uses` (Triton adds the tensors' dtypes); the kernel itself where Triton is missing."""
-    if triton is None:
-        return kernel
-    configs = [
-        triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=warps, num_stages=stages)
-        for m, n, k, warps, stages in TUNED_TILES
-    ]
-    return triton.autotune(configs, key=["length", "head_channels", *uses])(kernel)
-
-
-# The spatial product's uses differ in their epilogue's loads and in W's layout (W^T is read across its rows): each
-# takes the tiles timed for it.
-_PRODUCT_USES = ("EPILOGUE", "COMBINE", "HAS_TINY", "stride_weight_col")
-_TUNED_KERNELS = {
-    _spatial_product_kernel: _tuned(_spatial_product_kernel, *_PRODUCT_USES),
-    _weight_grad_kernel: _tuned(_weight_grad_kernel),
-}
-
-
-def _gemm_launch(kernel, dtype: torch.dtype, length: int, config: dict) -> tuple:
-    """The GEMM kernel to launch and the tiles to pass it: the autotuned kernel, which times its own, for 16-bit
-    inputs of at least TUNED_MIN_LENGTH tokens on a GPU; else `kernel` with `config` (`_gemm_config`'s)."""
-    if dtype.itemsize == 2 and length >= TUNED_MIN_LENGTH and not INTERPRETED:
-        return _TUNED_KERNELS[kernel], {}
-    return kernel, config
-
-
 def _row_config(channels: int) -> dict:
     """Row kernels: a whole row of channels per block, several rows where the channels are few."""
     block_c = triton.next_power_of_2(channels)
@@ -433,32 +358,26 @@ def _row_config(channels: int) -> dict:
     return {"BLOCK_ROWS": block_rows, "BLOCK_C": block_c, "num_warps": 8 if block_rows * block_c >= 4096 else 4}
 
 
-def _dot_precision(dtype: torch.dtype) -> str:
-    """fp32 products as torch's matmul makes them: IEEE fp32 unless TF32 is allowed
-    (`torch.set_float32_matmul_precision("high")`), which gives TF32's 10-bit mantissa. 16-bit inputs take Triton's
-    default, which only fp32 inputs read."""
-    return "ieee" if dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest" else "tf32"
-
-
-def _dot_in_fp32(dtype: torch.dtype) -> bool:
-    """Whether tl.dot takes its blocks (in the inputs' dtype, W cast to it as the PyTorch path casts W to the gate's
-    dtype) widened to fp32: only bf16 under the interpreter, whose tl.dot (Triton 3.9) multiplies bf16 blocks as
-    their raw 16-bit integers; fp32 holds bf16 values exactly, so the products are the same."""
-    return INTERPRETED and dtype == torch.bfloat16
-
-
 def _row_grid(rows: int, config: dict) -> tuple:
     return (triton.cdiv(rows, config["BLOCK_ROWS"]),)
-
-
-def _tiles(rows: int, cols: int, config: dict) -> int:
-    """How many (BLOCK_M x BLOCK_N) tiles cover a (rows x cols) product."""
-    return triton.cdiv(rows, config["BLOCK_M"]) * triton.cdiv(cols, config["BLOCK_N"])
 
 
 def _gate_offset(variant: str, channels: int) -> int:
     """Where the gate's channels start in Z: Z2 for the split variant, else Z itself."""
     return channels if variant == "multiplicative_split" else 0
+
+
+def _layout(projected: torch.Tensor, heads: int, channels: int) -> tuple:
+    """The row kernels' shape arguments: rows (batch * L tokens), length, batch, channels, head_channels."""
+    batch, length, _ = projected.shape
+    return batch * length, length, batch, channels, channels // heads
+
+
+def _head_major(projected: torch.Tensor, heads: int, channels: int) -> torch.Tensor:
+    """An empty head-major buffer (heads, L, batch * C / heads) in projected's dtype, for the gate, `mixed` and
+    their gradients: each head's (L x batch * C / heads) matrix is one GEMM's operand."""
+    batch, length, _ = projected.shape
+    return projected.new_empty(heads, length, batch * (channels // heads))
 
 
 # ---- the custom ops ----------------------------------------------------------------------------------------------
@@ -496,80 +415,59 @@ def sgu_forward(
     tiny_attention_output: torch.Tensor | None,
     eps: float,
     variant: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The gated output (batch, length, C) and the gate's per-token mean and 1/std (batch * length,), fp32. Expects
-    what `spatial_gating` passes: contiguous `projected`, `tiny_attention_output` and fp32 `token_mask` (batch *
-    length,)."""
-    batch, length, _ = projected.shape
-    channels = norm_weight.shape[0]
-    rows = batch * length
-    gate = projected.new_empty(batch, length, channels)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gated output (batch, length, C); the gate's per-token mean and 1/std (batch * length,), fp32; and, for a
+    multiplicative variant, `mixed` = W gate + b + tiny (0 at padding), head-major (heads, L, batch * C / heads) in
+    projected's dtype (an empty tensor for the others). Expects what `spatial_gating` passes: contiguous
+    `projected`, `tiny_attention_output` and fp32 `token_mask` (batch * length,)."""
+    heads, channels = weight.shape[0], norm_weight.shape[0]
+    layout = _layout(projected, heads, channels)
+    rows = layout[0]
+    gate = _head_major(projected, heads, channels)
     mean = projected.new_empty(rows, dtype=torch.float32)
     rstd = torch.empty_like(mean)
     row_config = _row_config(channels)
+    has_mask = token_mask is not None
     _launch(
         _gate_norm_kernel,
         _row_grid(rows, row_config),
         projected,
         norm_weight,
         norm_bias,
-        token_mask if token_mask is not None else mean,
+        token_mask if has_mask else mean,
         gate,
         mean,
         rstd,
-        rows,
-        channels,
+        *layout,
         _gate_offset(variant, channels),
         projected.stride(1),
         eps,
-        HAS_MASK=token_mask is not None,
+        HAS_MASK=has_mask,
         **row_config,
     )
-    out = torch.empty_like(gate)
-    _spatial_product(
-        weight, gate, bias, tiny_attention_output, projected, None, out, epilogue="gated_output", variant=variant
-    )
-    return out, mean, rstd
-
-
-def _spatial_product(
-    weight, operand, bias, tiny, projected, grad, out, *, epilogue: str, variant: str, transpose=False
-):
-    """Launches `_spatial_product_kernel`: W (or W^T) @ operand per (batch, head), with the given epilogue."""
-    batch, length, channels = operand.shape
-    heads = weight.shape[0]
-    head_channels = channels // heads
-    config = _gemm_config(operand.dtype, rows=length, cols=head_channels, depth=length)
-    kernel, config = _gemm_launch(_spatial_product_kernel, operand.dtype, length, config)
-    stride_row, stride_col = weight.stride(1), weight.stride(2)
+    mixed = torch.bmm(weight.to(projected.dtype), gate)
+    out = projected.new_empty(projected.shape[0], projected.shape[1], channels)
+    multiplicative = COMBINES[variant] == "multiplicative"
     _launch(
-        kernel,
-        lambda meta: (_tiles(length, head_channels, meta), batch * heads),
-        weight,
-        operand,
-        bias,
-        tiny if tiny is not None else operand,
+        _combine_kernel,
+        _row_grid(rows, row_config),
         projected,
-        grad if grad is not None else operand,
+        mixed,
+        bias,
+        tiny_attention_output if tiny_attention_output is not None else out,
+        token_mask if has_mask else mean,
         out,
-        length,
-        channels,
-        head_channels,
-        heads,
-        weight.stride(0),
-        stride_col if transpose else stride_row,
-        stride_row if transpose else stride_col,
+        *layout,
+        projected.stride(1),
         bias.stride(0),
         bias.stride(1),
-        projected.stride(1),
-        out.stride(1),
-        EPILOGUE=epilogue,
+        HAS_MASK=has_mask,
+        HAS_TINY=tiny_attention_output is not None,
         COMBINE=COMBINES[variant],
-        HAS_TINY=tiny is not None,
-        DOT_IN_FP32=_dot_in_fp32(operand.dtype),
-        DOT_PRECISION=_dot_precision(operand.dtype),
-        **config,
+        STORE_MIXED=multiplicative,
+        **row_config,
     )
+    return out, mean, rstd, mixed if multiplicative else mixed.new_empty(0)
 
 
 @_custom_op("sgu_backward")
@@ -581,89 +479,67 @@ def sgu_backward(
     norm_weight: torch.Tensor,
     norm_bias: torch.Tensor,
     weight: torch.Tensor,
-    bias: torch.Tensor,
+    mixed: torch.Tensor | None,
     token_mask: torch.Tensor | None,
-    tiny_attention_output: torch.Tensor | None,
+    has_tiny: bool,
     variant: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The gradients of `sgu_forward`'s output with respect to projected, norm_weight, norm_bias, weight and bias, and
-    the gradient of the spatial product dM (that of the tiny-attention output) for a multiplicative variant (for the
-    others dM is `grad` itself, and an empty tensor comes back). `grad` is contiguous, in projected's dtype."""
-    batch, length, _ = projected.shape
+    """The gradients of `sgu_forward`'s output with respect to projected, norm_weight, norm_bias, weight, the bias
+    (fp32) and, where `has_tiny`, the tiny-attention output (in projected's dtype; an empty tensor otherwise).
+    `grad` is contiguous, in projected's dtype; `mixed` is `sgu_forward`'s, for a multiplicative variant."""
     heads, channels = weight.shape[0], norm_weight.shape[0]
-    rows = batch * length
-    multiplicative = COMBINES[variant] == "multiplicative"
+    layout = _layout(projected, heads, channels)
+    rows = layout[0]
     gate_offset = _gate_offset(variant, channels)
     row_config = _row_config(channels)
-    gate = projected.new_empty(batch, length, channels)
-    grad_mixed = torch.empty_like(gate) if multiplicative else grad
+    has_mask = token_mask is not None
+    gate = _head_major(projected, heads, channels)
+    grad_mixed = torch.empty_like(gate)
+    grad_tiny = torch.empty_like(grad) if has_tiny else grad.new_empty(0)
+    grad_projected = torch.empty_like(projected)
     _launch(
-        _gate_rebuild_kernel,
+        _mixed_grad_kernel,
         _row_grid(rows, row_config),
         projected,
         norm_weight,
         norm_bias,
-        token_mask if token_mask is not None else mean,
+        token_mask if has_mask else mean,
         mean,
         rstd,
         grad,
+        mixed if mixed is not None else grad,
         gate,
         grad_mixed,
-        rows,
-        channels,
+        grad_tiny if has_tiny else grad,
+        grad_projected,
+        *layout,
         gate_offset,
         projected.stride(1),
-        HAS_MASK=token_mask is not None,
-        MULTIPLICATIVE_VARIANT=multiplicative,
+        HAS_MASK=has_mask,
+        HAS_TINY=has_tiny,
+        COMBINE=COMBINES[variant],
         **row_config,
     )
-    grad_projected = torch.empty_like(projected)
-    if multiplicative:
-        _spatial_product(
-            weight,
-            gate,
-            bias,
-            tiny_attention_output,
-            projected,
-            grad,
-            grad_projected,
-            epilogue="content_gradient",
-            variant=variant,
-        )
-    config = _gemm_config(projected.dtype, rows=length, cols=length, depth=channels // heads)
-    # The splits are counted with these tiles whichever tiles run: the partial sums' buffers come before the launch.
-    tiles = _tiles(length, length, config)
-    samples_per_split = triton.cdiv(batch, min(batch, triton.cdiv(WEIGHT_GRAD_PROGRAMS, tiles * heads)))
-    splits = triton.cdiv(batch, samples_per_split)
-    partial_weight = projected.new_empty(splits, heads, length, length, dtype=torch.float32)
-    partial_bias = projected.new_empty(splits, heads, length, dtype=torch.float32)
-    kernel, config = _gemm_launch(_weight_grad_kernel, projected.dtype, length, config)
-    _launch(
-        kernel,
-        lambda meta: (_tiles(length, length, meta), heads, splits),
-        grad_mixed,
-        gate,
-        partial_weight,
-        partial_bias,
-        batch,
-        samples_per_split,
-        length,
-        heads,
-        channels,
-        channels // heads,
-        DOT_IN_FP32=_dot_in_fp32(projected.dtype),
-        DOT_PRECISION=_dot_precision(projected.dtype),
-        **config,
+    compute_weight = weight.to(projected.dtype)
+    grad_weight = torch.bmm(grad_mixed, gate.transpose(1, 2)).to(weight.dtype)
+    grad_bias = grad_mixed.sum(-1, dtype=torch.float32)
+    grad_gate = torch.bmm(compute_weight.transpose(1, 2), grad_mixed)
+    grad_norm_weight, grad_norm_bias = _gate_norm_backward(
+        projected, norm_weight, token_mask, mean, rstd, grad_gate, grad, grad_projected, layout, variant, row_config
     )
-    grad_weight = partial_weight.sum(0).to(weight.dtype)
-    grad_bias = partial_bias.sum(0).to(bias.dtype)
-    # The gate is no longer read: its buffer takes the gate's gradient W^T @ dM.
-    grad_gate = gate
-    _spatial_product(
-        weight, grad_mixed, bias, None, projected, None, grad_gate, epilogue="product", variant=variant, transpose=True
-    )
-    programs = min(triton.cdiv(rows, row_config["BLOCK_ROWS"]), 1024)
-    rows_per_program = triton.cdiv(triton.cdiv(rows, row_config["BLOCK_ROWS"]), programs) * row_config["BLOCK_ROWS"]
+    grad_norm_weight, grad_norm_bias = grad_norm_weight.to(norm_weight.dtype), grad_norm_bias.to(norm_bias.dtype)
+    return grad_projected, grad_norm_weight, grad_norm_bias, grad_weight, grad_bias, grad_tiny
+
+
+def _gate_norm_backward(
+    projected, norm_weight, token_mask, mean, rstd, grad_gate, grad, grad_projected, layout, variant, row_config
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launches `_gate_norm_backward_kernel` (dZ's gate channels, in place in `grad_projected`) over at most
+    NORM_GRAD_PROGRAMS programs and returns the LayerNorm's weight and bias gradients (fp32), the programs' partial
+    sums added in their order."""
+    rows, channels = layout[0], layout[3]
+    blocks = triton.cdiv(rows, row_config["BLOCK_ROWS"])
+    rows_per_program = triton.cdiv(blocks, min(blocks, NORM_GRAD_PROGRAMS)) * row_config["BLOCK_ROWS"]
     programs = triton.cdiv(rows, rows_per_program)
     partial_weight = projected.new_empty(programs, channels, dtype=torch.float32)
     partial_bias = torch.empty_like(partial_weight)
@@ -680,9 +556,8 @@ def sgu_backward(
         grad_projected,
         partial_weight,
         partial_bias,
-        rows,
-        channels,
-        gate_offset,
+        *layout,
+        _gate_offset(variant, channels),
         rows_per_program,
         projected.stride(1),
         HAS_MASK=token_mask is not None,
@@ -690,28 +565,25 @@ def sgu_backward(
         SPLIT=variant == "multiplicative_split",
         **row_config,
     )
-    grad_norm_weight = partial_weight.sum(0).to(norm_weight.dtype)
-    grad_norm_bias = partial_bias.sum(0).to(norm_bias.dtype)
-    grad_mixed_out = grad_mixed if multiplicative else grad.new_empty(0)
-    return grad_projected, grad_norm_weight, grad_norm_bias, grad_weight, grad_bias, grad_mixed_out
+    return partial_weight.sum(0), partial_bias.sum(0)
 
 
 def _setup_context(ctx, inputs, output):
     projected, norm_weight, norm_bias, weight, bias, token_mask, tiny, _eps, variant = inputs
-    _out, mean, rstd = output
-    ctx.mark_non_differentiable(mean, rstd)
+    _out, mean, rstd, mixed = output
+    ctx.mark_non_differentiable(mean, rstd, mixed)
     ctx.variant = variant
+    ctx.bias_dtype = bias.dtype
     ctx.tiny_dtype = None if tiny is None else tiny.dtype
-    # What the backward rebuilds the rest from. The tiny-attention output enters only the content's gradient of a
-    # multiplicative variant, dOut * (W gate + b + tiny).
+    # The bias and the tiny-attention output are in `mixed` already, which only a multiplicative variant reads.
     multiplicative = COMBINES[variant] == "multiplicative"
     ctx.save_for_backward(
-        projected, mean, rstd, norm_weight, norm_bias, weight, bias, token_mask, tiny if multiplicative else None
+        projected, mean, rstd, norm_weight, norm_bias, weight, token_mask, mixed if multiplicative else None
     )
 
 
-def _backward(ctx, grad, _grad_mean, _grad_rstd):
-    projected, mean, rstd, norm_weight, norm_bias, weight, bias, token_mask, tiny = ctx.saved_tensors
+def _backward(ctx, grad, _grad_mean, _grad_rstd, _grad_mixed):
+    projected, mean, rstd, norm_weight, norm_bias, weight, token_mask, mixed = ctx.saved_tensors
     grads = torch.ops.gmlp.sgu_backward(
         grad.to(projected.dtype).contiguous(),
         projected,
@@ -720,15 +592,14 @@ def _backward(ctx, grad, _grad_mean, _grad_rstd):
         norm_weight,
         norm_bias,
         weight,
-        bias,
+        mixed,
         token_mask,
-        tiny,
+        ctx.tiny_dtype is not None,
         ctx.variant,
     )
-    grad_projected, grad_norm_weight, grad_norm_bias, grad_weight, grad_bias, grad_mixed = grads
-    grad_tiny = None
-    if ctx.tiny_dtype is not None:
-        grad_tiny = (grad_mixed if COMBINES[ctx.variant] == "multiplicative" else grad).to(ctx.tiny_dtype)
+    grad_projected, grad_norm_weight, grad_norm_bias, grad_weight, grad_bias, grad_tiny = grads
+    grad_bias = grad_bias.to(ctx.bias_dtype)
+    grad_tiny = None if ctx.tiny_dtype is None else grad_tiny.to(ctx.tiny_dtype)
     return grad_projected, grad_norm_weight, grad_norm_bias, grad_weight, grad_bias, None, grad_tiny, None, None
 
 
@@ -749,12 +620,14 @@ def spatial_gating(
     token_mask: torch.Tensor | None = None,
     tiny_attention_output: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The spatial gating unit s(GELU(Z)) from U's output Z, fused; the same function as the model's PyTorch path.
+    """The spatial gating unit s(GELU(Z)) from U's output Z (cuBLAS products, Triton row passes); the same function
+    as the model's PyTorch path.
 
     projected: Z, (batch, L, 2C) for "multiplicative_split", else (batch, L, C), fp32 / bf16 / fp16.
     norm_weight, norm_bias: the gate's LayerNorm, (C,), with `eps`.
     weight: W as applied (causal mask applied, sliced to L), (H, L, L) for H SGU heads (C divisible by H); bias (H, L).
-    token_mask: (batch, L), bool or float, or None: multiplies the normalised gate (0 at padding).
+    token_mask: (batch, L), bool or float, or None: where 0 (padding), the normalised gate is zeroed before mixing
+        and the mixed gate W gate + b + tiny is 0, so the output there is the variant's combine of the content with 0.
     tiny_attention_output: (batch, L, C) or None (aMLP): added to the spatial product.
     Returns (batch, L, C) in projected's dtype. Differentiable in every tensor but `token_mask`.
     """
@@ -764,7 +637,7 @@ def spatial_gating(
         token_mask = token_mask.to(torch.float32).reshape(batch * length)
     if tiny_attention_output is not None:
         tiny_attention_output = tiny_attention_output.contiguous()
-    out, _mean, _rstd = torch.ops.gmlp.sgu_forward(
+    out, _mean, _rstd, _mixed = torch.ops.gmlp.sgu_forward(
         projected.contiguous(), norm_weight, norm_bias, weight, bias, token_mask, tiny_attention_output, eps, variant
     )
     return out

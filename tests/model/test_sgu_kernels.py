@@ -1,8 +1,9 @@
-"""The fused spatial gating unit (gmlp/kernels_gmlp.py) against the model's PyTorch math in fp32: the output and the
-gradient of every input (projected, the gate's LayerNorm weight and bias, W, b, the tiny-attention output), for the
-four SGU variants, one or two SGU heads, with and without a token mask and a tiny-attention output, lengths that are
-not a multiple of the blocks and channels that are not a power of two; what the autograd graph keeps for the
-backward; the op as torch.export sees it.
+"""The hybrid spatial gating unit (gmlp/kernels_gmlp.py: cuBLAS products, Triton row passes) against the model's
+PyTorch math in fp32: the output and the gradient of every input (projected, the gate's LayerNorm weight and bias, W,
+b, the tiny-attention output), for the four SGU variants, one or two SGU heads, with and without a token mask and a
+tiny-attention output, a dense or a causal W, lengths that are not a multiple of the blocks and channels that are not
+a power of two, in fp32, bf16 and fp16; the padding definition (mixed = 0 at padded positions); the 64-bit offsets;
+what the autograd graph keeps for the backward; the op as torch.export sees it.
 
 In the CPU pass (CI's) the kernels run under Triton's interpreter (conftest.py sets TRITON_INTERPRET=1 before
 anything imports Triton); with `--device cuda` the same tests run the compiled kernels, and the CUDA-only ones (a
@@ -12,7 +13,6 @@ model-sized unit, TF32, torch.compile) run too. The spatial weights are drawn fa
 
 import contextlib
 import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,20 +20,25 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import child_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("triton", reason="Triton is not installed: the kernels' tests need it (the dev extra has it)")
 pytest.importorskip("numpy", reason="Triton's interpreter needs numpy (the dev extra has it)")
 
+import triton
+import triton.language as tl
+
 from gmlp import kernels_gmlp
 
 VARIANTS = ("multiplicative_split", "multiplicative", "additive", "linear")
 EPS = 1e-5
 # The relative error of a whole tensor, ‖kernel − fp32 reference‖ / ‖reference‖ (assert_matches), both from the
-# same (rounded) inputs. fp32: the blocked summation order (measured up to 1.4e-6 over 8 random cases). bf16 and
-# fp16: the normalised gate, the GEMM's operands and the stored results rounded to the dtype as in the PyTorch path
-# (measured up to 8.1e-3 and 9.6e-4; the PyTorch path run in that dtype: up to 1.2e-2 and 1.7e-3).
+# same (rounded) inputs. fp32: the summation order (measured up to 1.9e-7 over 32 random cases on the CPU). bf16 and
+# fp16: the normalised gate, W, the GEMMs' operands and results, `mixed` and the stored results rounded to the dtype
+# as in the PyTorch path (measured under the interpreter, whose casts to bf16 round toward zero: up to 1.0e-2 and
+# 6.3e-4; the PyTorch path run in that dtype: up to 1.2e-2 and 1.7e-3).
 TOLERANCES = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}
 # fp32 on a GPU with TF32 allowed (torch.set_float32_matmul_precision("high")): TF32's 10-bit mantissa.
 TF32_TOLERANCE = 5e-3
@@ -63,8 +68,9 @@ def cuda_device(device):
     return device
 
 
-def make_inputs(variant, *, batch, length, channels, heads, mask, tiny, dtype, device, seed=0) -> dict:
-    """The unit's inputs in `dtype` (the parameters in fp32, as the model keeps them), away from their init."""
+def make_inputs(variant, *, batch, length, channels, heads, mask, tiny, dtype, device, seed=0, causal=False) -> dict:
+    """The unit's inputs in `dtype` (the parameters in fp32, as the model keeps them), away from their init; a
+    lower-triangular W where `causal`, as the causal model passes it."""
     generator = torch.Generator().manual_seed(seed)
 
     def draw(*shape):
@@ -75,7 +81,7 @@ def make_inputs(variant, *, batch, length, channels, heads, mask, tiny, dtype, d
         "projected": draw(batch, length, width).to(dtype),
         "norm_weight": 1 + 0.5 * draw(channels),
         "norm_bias": 0.5 * draw(channels),
-        "weight": draw(heads, length, length) / length**0.5,
+        "weight": (draw(heads, length, length) / length**0.5).tril(0 if causal else length),  # all of W unless causal
         "bias": 1 + draw(heads, length),
         "tiny_attention_output": draw(batch, length, channels).to(dtype) if tiny else None,
     }
@@ -91,7 +97,8 @@ def make_inputs(variant, *, batch, length, channels, heads, mask, tiny, dtype, d
 def reference(
     projected, norm_weight, norm_bias, weight, bias, *, eps, variant, token_mask=None, tiny_attention_output=None
 ):
-    """The model's PyTorch path (GMLPLayer.gating without a cache), in fp32."""
+    """The model's PyTorch path (GMLPLayer.gating without a cache), in fp32, with the padding definition: where
+    `token_mask` is False the normalised gate is zeroed before mixing and the mixed gate (W gate + b + tiny) is 0."""
     activated = F.gelu(projected.float())
     channels, heads = norm_weight.shape[0], weight.shape[0]
     content, gate = activated.chunk(2, -1) if variant == "multiplicative_split" else (activated, activated)
@@ -102,6 +109,13 @@ def reference(
     mixed = (weight.float() @ gate_heads + bias.float()[..., None]).transpose(1, 2).flatten(2)
     if tiny_attention_output is not None:
         mixed = mixed + tiny_attention_output.float()
+    if token_mask is not None:
+        mixed = torch.where(token_mask[..., None], mixed, 0.0)
+    return combine(variant, content, mixed)
+
+
+def combine(variant, content, mixed):
+    """The variant's output from the content GELU(Z1) and the mixed gate."""
     if variant == "linear":
         return mixed
     if variant == "additive":
@@ -172,10 +186,19 @@ def test_every_variant_matches_the_reference(kernel_device, variant, dtype):
     )
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_with_one_head_and_a_causal_weight_matches_the_reference(kernel_device, variant):
+    """fp16, one head of 20 channels, 19 tokens, a lower-triangular W, no token mask and no tiny-attention output."""
+    check_against_reference(
+        variant, batch=3, length=19, channels=20, heads=1, mask=False, tiny=False, causal=True, dtype=torch.float16,
+        device=kernel_device,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("variant", ["multiplicative_split", "multiplicative"])
 def test_a_sequence_over_several_blocks_matches_the_reference(kernel_device, variant):
-    """150 tokens: two tiles of 128 queries (the second mostly masked) and several steps over the keys, in both
-    GEMMs and in dW; one head of 40 channels."""
+    """150 tokens in each of two rows: the row passes over 19 blocks of 16 tokens, a block astride the two rows; one
+    head of 40 channels."""
     check_against_reference(
         variant, batch=2, length=150, channels=40, heads=1, mask=True, tiny=False, dtype=torch.float32,
         device=kernel_device,
@@ -183,10 +206,10 @@ def test_a_sequence_over_several_blocks_matches_the_reference(kernel_device, var
 
 
 @pytest.mark.parametrize("programs", [1, 2])
-def test_the_weight_gradient_over_splits_of_the_batch_matches_the_reference(kernel_device, monkeypatch, programs):
-    """dW's GEMM over the batch in one program per tile (as for long sequences on a GPU) and split unevenly (three
-    samples in splits of two), whose partial sums add up."""
-    monkeypatch.setattr(kernels_gmlp, "WEIGHT_GRAD_PROGRAMS", programs)
+def test_the_layer_norm_gradients_over_few_programs_match_the_reference(kernel_device, monkeypatch, programs):
+    """The LayerNorm's backward in fewer programs than blocks of rows (as for long batches on a GPU): one program
+    over all 39 tokens, or two over 32 and 7, whose partial sums of the weight's and bias's gradients add up."""
+    monkeypatch.setattr(kernels_gmlp, "NORM_GRAD_PROGRAMS", programs)
     check_against_reference(
         "multiplicative", batch=3, length=13, channels=10, heads=1, mask=True, tiny=True, dtype=torch.float32,
         device=kernel_device,
@@ -207,6 +230,7 @@ def test_the_weight_gradient_over_splits_of_the_batch_matches_the_reference(kern
     length=st.integers(1, 40),
     mask=st.booleans(),
     tiny=st.booleans(),
+    causal=st.booleans(),
     dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
     seed=st.integers(0, 2**16),
 )
@@ -214,6 +238,88 @@ def test_property_matches_the_reference(kernel_device, variant, heads, head_chan
     check_against_reference(
         variant, channels=heads * head_channels, heads=heads, dtype=dtype, device=kernel_device, **sizes
     )
+
+
+# ---- padding ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_padded_position_outputs_the_content_combined_with_zero(kernel_device, variant, dtype):
+    """Where the token mask is False, mixed is 0: the output is content (x|+) 0, exactly 0 for the multiplicative
+    variants and "linear", GELU(Z) for "additive" (exactly the same for another W, b and tiny-attention output, and
+    within Triton's erf of torch's GELU); and no gradient reaches W's row, b or the tiny-attention output there
+    (position 2 is padding in every row)."""
+    inputs = make_inputs(
+        variant, batch=2, length=7, channels=6, heads=1, mask=True, tiny=True, dtype=dtype, device=kernel_device
+    )
+    inputs["token_mask"][:, 2] = False
+    padded = ~inputs["token_mask"]
+    upstream = torch.randn(2, 7, 6, generator=torch.Generator().manual_seed(5)).to(kernel_device)
+    out, grads = run(kernels_gmlp.spatial_gating, inputs, upstream, variant=variant)
+    activated = F.gelu(inputs["projected"].detach().float())
+    content = activated[..., :6] if variant == "multiplicative_split" else activated
+    expected = combine(variant, content, torch.zeros_like(content)).to(dtype)
+    if variant == "additive":
+        others = make_inputs(
+            variant, batch=2, length=7, channels=6, heads=1, mask=False, tiny=True, dtype=dtype,
+            device=kernel_device, seed=1,
+        )  # fmt: skip
+        other_mixing = {name: others[name] for name in ("weight", "bias", "tiny_attention_output")}
+        other_out = kernels_gmlp.spatial_gating(**{**inputs, **other_mixing}, eps=EPS, variant=variant)
+        assert torch.equal(other_out[padded], out[padded])
+        # Triton's erf and torch's differ in fp32's last bits; in bf16 one ulp (2^-7 relative at most) apart, as the
+        # interpreter (Triton 3.9) casts fp32 to bf16 toward zero where torch rounds to nearest
+        rtol = 1e-6 if dtype == torch.float32 else 2**-7
+        torch.testing.assert_close(out[padded], expected[padded], rtol=rtol, atol=0)
+    else:
+        assert torch.equal(out[padded], expected[padded])
+    assert torch.equal(grads["weight"][:, 2], torch.zeros_like(grads["weight"][:, 2]))
+    assert torch.equal(grads["bias"][:, 2], torch.zeros_like(grads["bias"][:, 2]))
+    tiny_grad = grads["tiny_attention_output"]
+    assert torch.equal(tiny_grad[padded], torch.zeros_like(tiny_grad[padded]))
+
+
+# ---- 64-bit offsets -----------------------------------------------------------------------------------------------
+@triton.jit
+def offsets_probe(
+    row_ptr, col_ptr, row_offsets_ptr, int32_offsets_ptr, head_offsets_ptr, stride, length, batch, head_channels,
+    ROWS: tl.constexpr, COLS: tl.constexpr,
+):  # fmt: skip
+    """Stores the kernels' offset helpers' results for the given rows and columns, and row * stride in int32 beside
+    them."""
+    row = tl.load(row_ptr + tl.arange(0, ROWS))
+    col = tl.load(col_ptr + tl.arange(0, COLS))
+    tl.store(row_offsets_ptr + tl.arange(0, ROWS), kernels_gmlp._row_offsets(row, stride))
+    tl.store(int32_offsets_ptr + tl.arange(0, ROWS), (row * stride).to(tl.int64))
+    head_offsets = kernels_gmlp._head_major_offsets(row, col, length, batch, head_channels)
+    tl.store(head_offsets_ptr + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :], head_offsets)
+
+
+def test_the_offsets_are_64_bit(kernel_device):
+    """The two helpers that every row kernel computes its token rows' offsets with (`_row_offsets` for (batch, L, C)
+    tensors, `_head_major_offsets` for the head-major gate and `mixed`) give exact offsets past 2^31 for int32 rows
+    and columns, where the same product in int32 wraps (the interpreter's int32 wraps as the GPU's does). This checks
+    the helpers' arithmetic, not each load and store: that the kernels take their row offsets from these helpers is
+    read in the source, not tested."""
+    if not kernels_gmlp.INTERPRETED:
+        pytest.skip("a probe of the offsets under the interpreter (the helpers compile the same on a GPU)")
+    length, batch, head_channels, stride = 4096, 600_000, 768, 10_000
+    rows = torch.tensor([0, 1, 299_999, 2_000_000_000], dtype=torch.int32)
+    cols = torch.tensor([0, 5, 767, 3 * 768 + 1], dtype=torch.int32)
+    row_offsets, int32_offsets = torch.empty(4, dtype=torch.int64), torch.empty(4, dtype=torch.int64)
+    head_offsets = torch.empty(4, 4, dtype=torch.int64)
+    offsets_probe[(1,)](
+        rows, cols, row_offsets, int32_offsets, head_offsets, stride, length, batch, head_channels, ROWS=4, COLS=4
+    )
+    assert row_offsets.tolist() == [row * stride for row in rows.tolist()]
+    assert int32_offsets.tolist() != row_offsets.tolist()  # the probe can tell: int32 wraps past 2^31
+
+    def head_major(row, col):
+        sample, token = divmod(row, length)
+        head, channel = divmod(col, head_channels)
+        return ((head * length + token) * batch + sample) * head_channels + channel
+
+    assert head_offsets.tolist() == [[head_major(row, col) for col in cols.tolist()] for row in rows.tolist()]
+    assert head_offsets.max() > 2**40
 
 
 # ---- what the backward keeps ------------------------------------------------------------------------------------
@@ -235,24 +341,27 @@ def storage(tensor: torch.Tensor) -> int:
 
 
 @pytest.mark.parametrize("variant", ["multiplicative_split", "additive"])
-def test_the_backward_keeps_only_projected_the_statistics_and_the_parameters(kernel_device, variant):
-    """Saved for the backward: U's output, the parameters, the token mask (as fp32), each token's mean and 1/std,
-    and the tiny-attention output where the variant multiplies by the product; not GELU's output, the normalised
-    gate or the product, which the plain path keeps."""
+def test_the_backward_keeps_projected_the_statistics_the_parameters_and_mixed(kernel_device, variant):
+    """Saved for the backward: U's output, the parameters but b, the token mask (as fp32), each token's mean and
+    1/std, and `mixed` (W gate + b + tiny, in bf16) where the variant multiplies by it, so that no GEMM runs again;
+    not the bias or the tiny-attention output (in `mixed`), GELU's output or the normalised gate, which the plain path
+    keeps."""
     batch, length, channels = 2, 12, 16
     inputs = make_inputs(
         variant, batch=batch, length=length, channels=channels, heads=2, mask=True, tiny=True,
         dtype=torch.bfloat16, device=kernel_device,
     )  # fmt: skip
     saved = saved_tensors(kernels_gmlp.spatial_gating, inputs, variant=variant)
-    kept_inputs = ["projected", "norm_weight", "norm_bias", "weight", "bias"]
-    if variant == "multiplicative_split":
-        kept_inputs.append("tiny_attention_output")
+    kept_inputs = ["projected", "norm_weight", "norm_bias", "weight"]
     assert {storage(inputs[name]) for name in kept_inputs} <= {storage(tensor) for tensor in saved}
     others = [tensor for tensor in saved if storage(tensor) not in {storage(inputs[name]) for name in kept_inputs}]
-    # the mean, 1/std and the mask: one fp32 number per token each
-    assert sorted((tuple(t.shape), t.dtype) for t in others) == [((batch * length,), torch.float32)] * 3
-    assert len(saved) == len(kept_inputs) + 3
+    tokens = batch * length
+    # the mean, 1/std and the mask: one fp32 number per token each; `mixed`: head-major, C numbers per token
+    expected = [((tokens,), torch.float32)] * 3
+    if variant == "multiplicative_split":
+        expected.insert(0, ((2, length, batch * channels // 2), torch.bfloat16))
+    assert sorted((tuple(t.shape), t.dtype) for t in others) == sorted(expected, key=str)
+    assert len(saved) == len(kept_inputs) + len(expected)
 
     def activation_bytes(tensors):  # what the step keeps beyond the parameters
         parameters = {storage(inputs[name]) for name in ("norm_weight", "norm_bias", "weight", "bias")}
@@ -260,10 +369,8 @@ def test_the_backward_keeps_only_projected_the_statistics_and_the_parameters(ker
         return sum(unique.values())
 
     kernel_bytes = activation_bytes(saved)
-    tokens = batch * length
-    assert kernel_bytes == inputs["projected"].nbytes + 3 * 4 * tokens + (
-        inputs["tiny_attention_output"].nbytes if variant == "multiplicative_split" else 0
-    )
+    mixed_bytes = tokens * channels * 2 if variant == "multiplicative_split" else 0
+    assert kernel_bytes == inputs["projected"].nbytes + 3 * 4 * tokens + mixed_bytes
     plain_bytes = activation_bytes(saved_tensors(plain_path, inputs, variant=variant))
     assert plain_bytes > 2 * kernel_bytes, (plain_bytes, kernel_bytes)
 
@@ -386,25 +493,19 @@ HOPPER_SHARED_MEMORY = 227 * 1024  # the most shared memory one block of an H100
 
 def compile_for_hopper() -> None:
     """Compiles every kernel specialisation the ops launch for gMLP-base's unit (2 x 512 tokens, 1,536 gate channels;
-    bf16 in the four variants, fp32 in the split one), each of an autotuned kernel's tiles, to sm_90 machine code
-    with Triton's bundled ptxas, in place of launching it, and prints one line per specialisation: the kernel's name,
-    its shared memory in bytes and its tiles. Needs a process where Triton compiles (TRITON_INTERPRET unset); no
-    GPU."""
+    bf16 in the four variants, fp32 in the split one; the GEMMs run in torch on the CPU) to sm_90 machine code with
+    Triton's bundled ptxas, in place of launching it, and prints one line per specialisation: the kernel's name and
+    its shared memory in bytes. Needs a process where Triton compiles (TRITON_INTERPRET
+    unset); no GPU."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from triton.runtime.autotuner import Autotuner
 
     compiled = set()
 
     def compile_instead(kernel, grid, *args, **kwargs):
-        if isinstance(kernel, Autotuner):
-            for config in kernel.configs:
-                options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
-                compile_instead(kernel.fn, grid, *args, **kwargs, **config.kwargs, **options)
-            return
         options = {name: kwargs.pop(name) for name in ("num_warps", "num_stages") if name in kwargs}
-        assert all(programs > 0 for programs in (grid(kwargs) if callable(grid) else grid))
+        assert all(programs > 0 for programs in grid)
         signature, attrs = {}, {}
         for index, (name, value) in enumerate(zip(kernel.arg_names, args)):
             if isinstance(value, torch.Tensor):
@@ -420,8 +521,7 @@ def compile_for_hopper() -> None:
             binary = triton.compile(
                 ASTSource(kernel, signature, kwargs, attrs), target=GPUTarget("cuda", 90, 32), options=options
             )
-            tiles = [kwargs.get(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")]
-            print(kernel.__name__, binary.metadata.shared, *tiles, options.get("num_warps"), options.get("num_stages"))
+            print(kernel.__name__, binary.metadata.shared)
 
     kernels_gmlp._launch = compile_instead
     batch, length, channels = 2, 512, 1536
@@ -431,30 +531,30 @@ def compile_for_hopper() -> None:
     ]:
         width = 2 * channels if variant == "multiplicative_split" else channels
         projected = torch.randn(batch, length, width).to(dtype)
-        parameters = (
-            torch.ones(channels),
-            torch.zeros(channels),
-            torch.randn(1, length, length),
-            torch.ones(1, length),
-        )
+        parameters = (torch.ones(channels), torch.zeros(channels), torch.randn(1, length, length))
+        bias = torch.ones(1, length)
         token_mask, tiny = torch.ones(batch * length), torch.randn(batch, length, channels).to(dtype)
-        kernels_gmlp.sgu_forward(projected, *parameters, token_mask, tiny, EPS, variant)
-        mean = rstd = torch.ones(batch * length)
+        _out, mean, rstd, mixed = kernels_gmlp.sgu_forward(
+            projected, *parameters, bias, token_mask, tiny, EPS, variant
+        )
         grad = torch.randn(batch, length, channels).to(dtype)
-        kernels_gmlp.sgu_backward(grad, projected, mean, rstd, *parameters, token_mask, tiny, variant)
+        mixed = mixed if mixed.numel() else None
+        kernels_gmlp.sgu_backward(grad, projected, mean, rstd, *parameters, mixed, token_mask, True, variant)
 
 
 @pytest.mark.e2e
 @pytest.mark.cpu_only("compiles for the GPU without one; on a GPU, the tests above run the compiled kernels")
 def test_every_kernel_compiles_for_hopper(device):
-    """The interpreter does not check what the compiler does (dtypes, tl.dot's shapes, registers, shared memory): each
-    kernel of gMLP-base's unit compiles to sm_90 machine code here, within a block's shared memory, the bf16 GEMMs
-    with each of the tiles their autotuning times."""
+    """The interpreter does not check what the compiler does (dtypes, shapes, registers, shared memory): each row
+    kernel of gMLP-base's unit compiles to sm_90 machine code here, within a block's shared memory."""
     import triton
 
     if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
         pytest.skip("this Triton has no bundled ptxas to compile for sm_90 with")
-    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    # this checkout's gmlp and tests/helpers.py, compiled (no TRITON_INTERPRET)
+    environment = {
+        name: value for name, value in child_env(Path(__file__).parents[1]).items() if name != "TRITON_INTERPRET"
+    }
     script = "import test_sgu_kernels; test_sgu_kernels.compile_for_hopper()"
     result = subprocess.run(
         [sys.executable, "-c", script],
@@ -466,48 +566,16 @@ def test_every_kernel_compiles_for_hopper(device):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line.split() for line in result.stdout.splitlines()]
-    kernels = {"_gate_norm_kernel", "_spatial_product_kernel", "_gate_rebuild_kernel", "_weight_grad_kernel"}
-    assert {line[0] for line in lines} == kernels | {"_gate_norm_backward_kernel"}, result.stdout
+    kernels = {"_gate_norm_kernel", "_combine_kernel", "_mixed_grad_kernel", "_gate_norm_backward_kernel"}
+    assert {line[0] for line in lines} == kernels, result.stdout
     assert all(int(line[1]) <= HOPPER_SHARED_MEMORY for line in lines), result.stdout
-    gemms = ("_spatial_product_kernel", "_weight_grad_kernel")
-    compiled_tiles = {(line[0], *map(int, line[2:])) for line in lines if line[0] in gemms}
-    for kernel in gemms:
-        assert {(kernel, *tiles) for tiles in kernels_gmlp.TUNED_TILES} <= compiled_tiles, result.stdout
-
-
-def test_the_gemms_time_their_tiles_only_for_long_16_bit_inputs_on_a_gpu(monkeypatch):
-    """The GEMMs autotune for 16-bit inputs of at least TUNED_MIN_LENGTH tokens when compiled, starting from the
-    fixed tiles at gMLP-base's sizes (so the timed choice is those or faster ones); fp32, short inputs and the
-    interpreter launch the fixed tiles."""
-    from triton.runtime.autotuner import Autotuner
-
-    for rows, cols, depth in [(512, 1536, 512), (512, 512, 1536)]:  # W @ gate, and dW's dM @ gate^T
-        config = kernels_gmlp._gemm_config(torch.bfloat16, rows=rows, cols=cols, depth=depth)
-        tiles = tuple(config[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"))
-        assert tiles == kernels_gmlp.TUNED_TILES[0]
-    monkeypatch.setattr(kernels_gmlp, "INTERPRETED", False)
-    for kernel in (kernels_gmlp._spatial_product_kernel, kernels_gmlp._weight_grad_kernel):
-        tuned, options = kernels_gmlp._gemm_launch(kernel, torch.bfloat16, 512, config)
-        assert isinstance(tuned, Autotuner) and tuned.fn is kernel and options == {}
-        assert len(tuned.configs) == len(kernels_gmlp.TUNED_TILES)
-        assert {"length", "head_channels"} <= set(tuned.keys) <= set(tuned.arg_names)
-        assert kernels_gmlp._gemm_launch(kernel, torch.float16, kernels_gmlp.TUNED_MIN_LENGTH, config)[0] is tuned
-        assert kernels_gmlp._gemm_launch(kernel, torch.float32, 512, config) == (kernel, config)
-        assert kernels_gmlp._gemm_launch(kernel, torch.bfloat16, kernels_gmlp.TUNED_MIN_LENGTH - 1, config) == (
-            kernel,
-            config,
-        )
-    # The forward's gated output, the content's gradient and W^T @ dM are each timed for themselves.
-    product_keys = set(kernels_gmlp._TUNED_KERNELS[kernels_gmlp._spatial_product_kernel].keys)
-    assert {"EPILOGUE", "COMBINE", "HAS_TINY", "stride_weight_col"} <= product_keys
-    monkeypatch.setattr(kernels_gmlp, "INTERPRETED", True)
-    assert kernels_gmlp._gemm_launch(kernels_gmlp._weight_grad_kernel, torch.bfloat16, 512, config)[1] == config
 
 
 # ---- on a GPU only ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("variant", ["multiplicative_split", "multiplicative"])
 def test_a_model_sized_unit_matches_the_reference_on_the_gpu(cuda_device, variant):
-    """gMLP-base's unit: 1,536 gate channels, 512 tokens, bf16: the GEMMs' autotuned tiles (TUNED_TILES)."""
+    """gMLP-base's unit: 1,536 gate channels, 512 tokens, bf16 (row blocks of two tokens); 300 tokens and two heads
+    in fp32."""
     check_against_reference(
         variant, batch=2, length=512, channels=1536, heads=1, mask=True, tiny=True, dtype=torch.bfloat16,
         device=cuda_device,
@@ -519,7 +587,7 @@ def test_a_model_sized_unit_matches_the_reference_on_the_gpu(cuda_device, varian
 
 
 def test_tf32_stays_within_its_tolerance_on_the_gpu(cuda_device):
-    """fp32 inputs with TF32 allowed, as torch's matmul would take them: the kernels' tl.dot in TF32."""
+    """fp32 inputs with TF32 allowed: cuBLAS's products in TF32, as the PyTorch path's."""
     with float32_matmul_precision("high"):
         check_against_reference(
             "multiplicative_split", batch=2, length=256, channels=512, heads=2, mask=True, tiny=True,
