@@ -64,7 +64,7 @@ AUTO_SGU_KERNEL = {
 
 @cache
 def load_sgu_kernel():
-    """The fused spatial gating unit of `kernels_gmlp.py` where Triton can run it (CUDA, or Triton's interpreter);
+    """The Triton spatial gating unit of `kernels_gmlp.py` where Triton can run it (CUDA, or Triton's interpreter);
     None elsewhere. Imported relatively, so that `save_pretrained` copies the file for `trust_remote_code` users."""
     try:
         from .kernels_gmlp import is_available, spatial_gating
@@ -134,7 +134,7 @@ class PackedRows:
         row_mask = torch.zeros(count, width, dtype=torch.bool, device=new.device)
         row_mask[row, slot] = True if token_mask is None else token_mask.flatten()
         # Sequences at 0, 1, ... (as DataCollatorWithFlattening numbers them) take the in-order paths (a dense W's
-        # leading block, the FFT, the fused kernel). Compiled, the check would guard on data: positions stay explicit.
+        # leading block, the FFT, the Triton unit). Compiled, the check would guard on data: positions stay explicit.
         in_order = (row_positions == torch.arange(width, device=new.device)) | ~row_mask
         if not is_torchdynamo_compiling() and bool(in_order.all()):
             layout = TokenLayout.sequential(width, new.device, token_mask=row_mask)
@@ -477,9 +477,9 @@ class GMLPSpatialGatingUnit(nn.Module):
     """The SGU s(Z) of Eq. (3) and the variants of Table 3, from the channel expansion's output Z (before GELU): with
     the default split variant, Z1 * f(norm(Z2)), the spatial projection f's output plus aMLP's tiny attention.
 
-    On CUDA the whole unit runs as one fused Triton op (`kernels_gmlp.py`, `config.sgu_kernel`) where it applies
-    (`kernel_for`): no cache, tokens in order, the direct product, exact GELU; it keeps only Z for its backward pass
-    and rebuilds the rest there, so it is memory-lean by construction.
+    With `sgu_kernel="triton"` (or where `AUTO_SGU_KERNEL` picks it for `"auto"`) the unit runs as Triton custom ops
+    with cuBLAS products (`kernels_gmlp.py`) where it applies (`kernel_for`): no cache, tokens in order, the direct
+    product, exact GELU. It keeps Z, its statistics and the mixed product for its backward pass and rebuilds the rest.
     """
 
     def __init__(self, config: GMLPConfig, layer_idx: int = 0):
@@ -589,7 +589,9 @@ class GMLPSpatialGatingUnit(nn.Module):
             reason = f"hidden_act is {self.activation.__class__.__name__}, the kernel computes exact GELU only"
         else:
             return kernel
-        logger.warning_once(f"gMLP's fused spatial gating unit does not apply here ({reason}): the PyTorch path runs.")
+        logger.warning_once(
+            f"gMLP's Triton spatial gating unit does not apply here ({reason}): the PyTorch path runs."
+        )
         return None
 
 

@@ -50,12 +50,12 @@ class Case:
     padding: str = "right"  # "right" or "left" (causal only)
     positions: str = "none"  # "none", "sequential", "shifted", "gapped" or "packed"
     cache: str = "none"  # "none", "dynamic", "static" or "generate" (causal only)
-    kernel: bool = False  # sgu_kernel="triton": the fused gating unit wherever it applies
+    kernel: bool = False  # sgu_kernel="triton": the Triton gating unit wherever it applies
     seed: int = 0
 
     @property
     def kernel_applies(self) -> bool:
-        """The fused unit runs: no cache, tokens at 0..L-1 in every row (packed rows included: each sequence gets a
+        """The Triton unit runs: no cache, tokens at 0..L-1 in every row (packed rows included: each sequence gets a
         row), and no FFT (a Toeplitz W with the low threshold may take it, depending on the length)."""
         in_order = self.positions in ("none", "packed") and self.padding == "right"
         return self.kernel and self.cache == "none" and in_order and not (self.toeplitz and self.fft)
@@ -275,7 +275,7 @@ def check_generate(case: Case, model, plain, rows: list[torch.Tensor]) -> None:
 
 def check_gating_gradients(case: Case, model, rows: list[torch.Tensor], switch: str) -> None:
     """The gating unit computed both ways of `switch` gives every parameter the same gradient (training mode,
-    dropout 0): "recompute_gating" (recomputed or kept) or "kernel" (the fused Triton unit or PyTorch's)."""
+    dropout 0): "recompute_gating" (recomputed or kept) or "kernel" (the Triton unit or PyTorch's)."""
     ids, mask, positions, _ = padded_batch(case, rows)
     kwargs = {} if positions is None else {"position_ids": positions}
     if case.positions == "packed":
@@ -305,7 +305,7 @@ def packed_positions(rows: list[torch.Tensor]) -> torch.Tensor:
 
 @contextmanager
 def counting_kernel_calls():
-    """Counts the model's calls of the fused gating unit (a list that grows by one per call)."""
+    """Counts the model's calls of the Triton gating unit (a list that grows by one per call)."""
     kernel, calls = modeling_gmlp.load_sgu_kernel(), []
 
     def counted(*args, **kwargs):
@@ -330,9 +330,9 @@ def check(case: Case) -> None:
             check_forward(case, model, plain, rows)
             check_whole_batch(case, model, plain, rows)
     if case.kernel_applies:
-        assert calls, f"the fused gating unit never ran in {case}"
+        assert calls, f"the Triton gating unit never ran in {case}"
     elif not case.kernel:
-        assert not calls, f"the fused gating unit ran in {case}, which asked for PyTorch's"
+        assert not calls, f"the Triton gating unit ran in {case}, which asked for PyTorch's"
     if case.cache == "none" and case.kernel:
         check_gating_gradients(case, model, rows, "kernel")
     elif case.cache == "none" and case.positions != "packed" and case.seed % 4 == 0:  # one in four: they cost most
