@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 import transformers
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.hf_argparser import HfArg
@@ -21,6 +22,11 @@ logger = logging.getLogger(__name__)
 
 # Metrics of which less is better, besides the losses (the Trainer assumes more is better for all other names).
 LOWER_IS_BETTER = ("perplexity",)
+
+# What an option given neither on the command line nor in the arguments file holds after parsing.
+UNSET = object()
+# `--dataloader_pin_memory`'s default: on where there is an accelerator to pin memory for, not the Trainer's "always".
+PIN_MEMORY = "dataloader_pin_memory"
 
 # Flags of Transformers 4 or of the upstream example scripts that these scripts do not take: what to pass instead.
 DROP = "removed in Transformers 5: drop it"
@@ -99,9 +105,12 @@ class TextDataArguments:
 @dataclass
 class AnyDeviceTrainingArguments(TrainingArguments):
     """`TrainingArguments` with `--overwrite_output_dir` (gone from Transformers 5), `--bf16` on the CPU without an
-    accelerator, and a lower perplexity better."""
+    accelerator, a lower perplexity better, and (set by `parse_arguments`) memory pinned where there is an accelerator."""
 
     overwrite_output_dir: bool = HfArg(default=False, help="Start afresh: remove --output_dir's results, checkpoints.")
+    dataloader_pin_memory: bool = HfArg(
+        default=True, help="Pin the data loader's memory; if not given, only where there is an accelerator."
+    )
 
     def __post_init__(self):
         bf16 = self.bf16 or self.bf16_full_eval
@@ -125,11 +134,16 @@ def parse_arguments(*dataclass_types, argv: list[str]) -> tuple:
         from_file = read_json_arguments(path)
         if unknown := [key for key in from_file if key not in options]:
             raise ScriptError(f"The arguments file {path}: {unknown_options(unknown, options)}")
-    # argparse fills in the defaults only of what the namespace lacks: the file's values stay unless a flag is given.
+    # argparse fills in the defaults only of what the namespace lacks: the file's values stay unless a flag is given,
+    # and an option still UNSET afterwards was given by neither.
     parser = HfArgumentParser(types)
-    values, extra = parser.parse_known_args(argv, namespace=argparse.Namespace(**from_file))
+    unset = {PIN_MEMORY: UNSET} if PIN_MEMORY in options else {}
+    values, extra = parser.parse_known_args(argv, namespace=argparse.Namespace(**(unset | from_file)))
     if extra:
         raise ScriptError(f"Unknown command-line arguments: {unknown_flags(extra, options)}")
+    if getattr(values, PIN_MEMORY, None) is UNSET:
+        # The Trainer pins memory by default; without an accelerator that does nothing but make torch warn.
+        setattr(values, PIN_MEMORY, torch.accelerator.is_available())
     parsed = []
     for kind in types:
         names = {field.name for field in dataclasses.fields(kind) if field.init}

@@ -7,6 +7,7 @@ import shutil
 import sys
 
 import datasets
+import huggingface_hub
 import torch
 import transformers
 
@@ -30,7 +31,7 @@ def start(data_arguments: type, argv: list[str]) -> tuple:
 
 
 def start_logging(training_args) -> None:
-    """Log to stdout at the Trainer's per-process level, starting with the process's place in the run."""
+    """Log to stdout at the Trainer's per-process level, starting (at INFO) with the process's place in the run."""
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", stream=sys.stdout)
     level = training_args.get_process_log_level()
     for name in ("gmlp", "__main__"):
@@ -38,8 +39,13 @@ def start_logging(training_args) -> None:
     datasets.utils.logging.set_verbosity(level)
     transformers.utils.logging.set_verbosity(level)
     transformers.utils.logging.enable_explicit_format()
+    # Each of these libraries prints its records with a handler of its own (stderr); passed on to the root logger's
+    # handler above as well, each would print twice (huggingface_hub's and datasets' do by default, Transformers'
+    # with CI=true).
+    for library in (datasets, huggingface_hub, transformers):
+        library.utils.logging.disable_propagation()
     args = training_args
-    logger.warning(f"Process rank: {args.process_index}, device: {args.device}, world size: {args.world_size}")
+    logger.info(f"Process rank: {args.process_index}, device: {args.device}, world size: {args.world_size}")
     # What `accelerate launch --num_processes N` leaves when it starts one process: an address, no WORLD_SIZE.
     if args.world_size == 1 and "MASTER_ADDR" in os.environ and "ACCELERATE_MIXED_PRECISION" in os.environ:
         logger.warning(

@@ -167,6 +167,7 @@ def test_two_processes_evaluate_the_same_loss_as_one(case, checkpoints, tmp_path
     name = "run_mlm.py" if script is run_mlm.run else "run_glue.py"
     launch = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", ROOT / name]
     run_flags = flags(output_dir=tmp_path / "two", do_eval=True, report_to="none", per_device_eval_batch_size=3)
+    run_flags += flags(log_level="info", log_level_replica="info")  # the start-up line, with the world size, is INFO
     result = python(tmp_path, *launch, *arguments(checkpoints), *run_flags)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "world size: 2" in result.stdout + result.stderr

@@ -73,7 +73,8 @@ def test_save_on_each_node_is_refused_on_both_nodes_before_anything_is_written(t
 
 def test_on_a_shared_folder_both_nodes_resume_the_run_and_overwriting_leaves_nothing_of_it(tokenizer_dir, tmp_path):
     shared = tmp_path / "shared"
-    for node in on_two_nodes(tmp_path, mlm(tokenizer_dir, shared / "whole", max_steps=4)):
+    verbose = ["--log_level", "info", "--log_level_replica", "info"]  # the start-up line, at INFO, on each node
+    for node in on_two_nodes(tmp_path, mlm(tokenizer_dir, shared / "whole", *verbose, max_steps=4)):
         assert node.returncode == 0, node.stdout[-3000:]
     assert "world size: 2" in node.stdout
     expected = logged_losses(shared / "whole")

@@ -24,6 +24,8 @@ from gmlp.tasks.arguments import ModelArguments, parse_arguments
 from gmlp.tasks.errors import ScriptError
 
 ROOT = Path(__file__).parents[2]
+# Each process's start-up line ("Process rank: ..., world size: ...") is logged at INFO.
+VERBOSE = ["--log_level", "info", "--log_level_replica", "info"]
 
 
 @pytest.mark.e2e
@@ -40,7 +42,8 @@ def test_two_processes_with_torchrun_on_cpu(tmp_path):
             "2",
             "--per_device_train_batch_size",
             "4",
-        ]
+        ],
+        *VERBOSE,
     ]
     launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port()]
     result = python(tmp_path, *launch, ROOT / "run_mlm.py", *arguments)
@@ -102,7 +105,8 @@ def test_the_docs_accelerate_command_starts_two_processes_on_the_cpu(tokenizer_d
     assert command, "docs/scripts.md's accelerate command for several CPU processes is gone"
     data = csv_file(tmp_path / "train.csv", zip(rotated_lines(8), ["no", "yes"] * 4))
     options = {"train_file": data, "do_train": True, "max_steps": 2, "max_seq_length": 16}
-    script = [str(ROOT / "run_glue.py"), *tiny_run(tmp_path / "out", *COMMON, tokenizer=tokenizer_dir, **options)]
+    arguments = tiny_run(tmp_path / "out", *COMMON, *VERBOSE, tokenizer=tokenizer_dir, **options)
+    script = [str(ROOT / "run_glue.py"), *arguments]
     bin_dir = Path(sys.executable).parent
     launch = [
         str(bin_dir / "accelerate"),

@@ -13,9 +13,13 @@ from helpers import WORDS, config_overrides, rotated_lines, tiny_run, write
 from script_runs import mlm_run
 from transformers import AutoModelForMaskedLM, AutoTokenizer, TrainingArguments
 
-from gmlp.tasks import run_mlm
+from gmlp import GMLPConfig, GMLPModel
+from gmlp.tasks import loading, run_mlm
+from gmlp.tasks.arguments import ModelArguments, parse_arguments
 from gmlp.tasks.errors import ScriptError
-from gmlp.tasks.mlm import DEFAULT_TRAIN_FILE, tokenize_for_mlm
+from gmlp.tasks.mlm import DEFAULT_TRAIN_FILE, tokenize_for_mlm, train_or_load_tokenizer
+
+ROOT = Path(__file__).parents[2]
 
 SUBJECTS = ["the cat", "a dog", "the old man", "my sister", "the king", "a small bird"]
 VERBS = ["sat on", "looked at", "walked to", "thought about", "sang to", "ran past"]
@@ -119,6 +123,29 @@ def test_no_data_arguments_use_the_packaged_english_text():
     assert text.startswith("Shakespeare, William (1564--1616), English poet, player and playwright")
     assert len(text.split()) > 30_000
     assert "--config_name" in run_mlm.DEMO_ARGS and "gmlp-tiny" in run_mlm.DEMO_ARGS
+
+
+def test_the_readme_gives_the_size_of_the_model_the_main_job_builds(tmp_path):
+    """The main job (no arguments) builds its model as here: the demo's config, its vocabulary filled by the tokenizer
+    it trains on the packaged text (so the config keeps its size). The README's quick start says both figures; its
+    presets table gives gmlp-tiny / amlp-tiny at their default vocabulary (the bare encoder, as docs/design.md)."""
+    argv = [*run_mlm.DEMO_ARGS, "--output_dir", str(tmp_path)]
+    model_args, data_args, training_args = parse_arguments(
+        ModelArguments, run_mlm.DataTrainingArguments, TrainingArguments, argv=argv
+    )
+    config = loading.load_config(model_args)
+    tokenizer = train_or_load_tokenizer(run_mlm.load_raw_datasets(data_args, model_args), config, training_args)
+    assert len(tokenizer) == config.vocab_size
+    model = loading.load_model(AutoModelForMaskedLM, model_args, config)
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())  # its lines joined
+    said = re.search(
+        r"it pretrains `gmlp-tiny` at a vocabulary of ([\d,]+) tokens \((\d+\.\d\d)M parameters\)", readme
+    )
+    assert said, "README.md's quick start no longer gives the main job's model size"
+    assert (int(said[1].replace(",", "")), said[2]) == (config.vocab_size, f"{parameters / 1e6:.2f}")
+    tiny = [GMLPModel(GMLPConfig.from_preset(name)).num_parameters() for name in ("gmlp-tiny", "amlp-tiny")]
+    assert f"`gmlp-tiny` / `amlp-tiny` {tiny[0] / 1e6:.2f}M / {tiny[1] / 1e6:.2f}M |" in readme
 
 
 BAD_INPUTS = {  # the flag changed -> what the error says
