@@ -1,11 +1,13 @@
-"""The GPU run: what this project checks and measures on an offline GPU machine, in one call of 540 s that leaves,
-with the machine's start, a quick rerun (240 s) inside 15 minutes of device time (docs/testing.md#the-gpu-run):
+"""The GPU run: what this project measures and checks on an offline GPU machine, in two calls of the `run` tool
+(docs/testing.md#the-gpu-run), each with carry [".whl"] (benchmarks/gpu_wheels.txt) and timeout_s 600:
 
-    python3 benchmarks/gpu_run.py                        # with .whl/ (gpu_wheels.txt): every stage, into $OUT
-    python3 benchmarks/gpu_run.py --quick --resume FILE  # a rerun in what is left, continuing its speed_gpu.json
+    python3 benchmarks/gpu_run.py --call 1 --budget 570   # the question: ceilings, unit, step, long, profile, bandwidth
+    python3 benchmarks/gpu_run.py --call 2 --budget 570   # then: the full tables, the kernels' tests on the device
 
-Each stage (STAGES) a subprocess under `timeout -s INT`; a failing stage is recorded and the run goes on. Rehearsed
-with `--device cpu`. Standard library only: it runs before the wheels install.
+Each stage (CALLS) a subprocess under `timeout -s INT`, writing its JSON under `--out` ($OUT) as it goes; a failing
+stage is recorded and the run goes on. Fixed batches, no search. The Triton unit is timed after the unit stage found
+its values and gradients right (else the later stages measure PyTorch's alone); give call 2 `--kernels torch` if call
+1 found it wrong. Rehearsed with `--device cpu` (tiny sizes). Standard library only: it runs before the wheels install.
 """
 
 import argparse
@@ -23,16 +25,22 @@ from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEELS = ROOT / ".whl"  # benchmarks/gpu_wheels.txt, downloaded as its first lines say
-SITE, WORK = Path("/tmp/gpu_run/site"), Path("/tmp/gpu_run/work")  # the installed wheels, the FSDP runs' files
-KERNEL_TESTS = ("test_sgu_kernels.py", "test_paths_property.py")  # found by name under tests/
+SITE = Path("/tmp/gpu_run/site")  # where the wheels install (kept on a warm machine)
+KERNEL_TESTS = ("test_paths_property.py", "test_sgu_kernels.py")  # found by name under tests/
 TEST_TIMEOUT = 60  # seconds for one test (pytest-timeout, where installed)
-# The documented FSDP2 settings (docs/scripts.md): each GMLPLayer its own group.
-FSDP_CONFIG = '{"version": 2, "transformer_layer_cls_to_wrap": ["GMLPLayer"]}'
-# Seconds per stage. The preflight took 28-38 s on an H200 with a compiled step that is gone; the two FSDP runs 33 s
-# and about as much again; the kernels' tests 80 s on an H200 before the model's property test (2026-11-28); the speed
-# stage is what the rest leaves (benchmarks/speed/gpu.py's PARTS in priority order).
-STAGES = {"preflight": 25, "kernel_tests": 100, "speed": 345, "fsdp": 70}
-QUICK = {"preflight": 20, "kernel_tests": 100, "speed": 120}
+# Seconds per stage of each call, in order: H200 records of 2026-11-28 (benchmarks/results/gpu_run_2026-11-28*.json,
+# speed_gpu_2026-11-28*.json), each stage's process start (~10 s) included. Preflight: the wheels installed and the
+# versions imported (the old preflight took 28-38 s with a compiled step now gone). ceilings: a 1 GiB copy and an 8192^3
+# product. unit: three units compiled (~10 s each), timed, profiled. step: three gMLP-base models compiled (11 s, 4 s
+# and ~11 s first calls), paired over 3 rounds of 1 s. long: 3 models at 8,192 and 16,384 tokens, eager, training and
+# inference. profile: four steps compiled again (inductor's cache warm). bandwidth: the unit compiled with inductor's
+# caches off. tables: benchmarks/speed/gpu.py's PARTS in priority order until their deadline. kernel_tests: the
+# kernels' file took 80 s on the H200 (and the model's property test did not finish in what was left).
+CALLS = {
+    1: {"preflight": 25, "ceilings": 15, "unit": 90, "step": 150, "long": 120, "profile": 60, "bandwidth": 80},
+    2: {"preflight": 25, "tables": 385, "kernel_tests": 160},
+}
+MEASURING, STAGE_MODULE = ("ceilings", "unit", "step", "long", "profile", "bandwidth"), "benchmarks.speed.gpu_stages"
 GRACE = 15  # seconds between the SIGINT of `timeout` and its SIGKILL
 ERROR = re.compile(r"\b\w*(Error|Exception): \S")
 OUTCOMES = {0: "ok", 124: "timed out (SIGINT)", 137: "timed out (killed)"}  # timeout's exit codes
@@ -166,73 +174,58 @@ def preflight(run: Run, args) -> dict:
     return env
 
 
-def kernel_tests(run: Run, args, env: dict) -> bool:
-    """The kernels' tests on the device; True if every file was found, some test ran and none failed."""
+def kernel_tests(run: Run, args, env: dict) -> None:
+    """The kernels' tests on the device, pytest's counts and failures (and any test file not found) recorded."""
     found = {name: sorted(ROOT.glob(f"tests/**/{name}")) for name in KERNEL_TESTS}
     files = [str(path.relative_to(ROOT)) for paths in found.values() for path in paths]
     report = args.out / "kernel_tests.xml"
     pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", f"--junitxml={report}"]
     pytest += ["-o", f"timeout={TEST_TIMEOUT}", "--device", args.device, *files]
-    entry = run.run("kernel_tests", pytest, env) if files else {}
+    if files:
+        run.run("kernel_tests", pytest, env)
     missing = [name for name, paths in found.items() if not paths]
     summary = junit_summary(report) if files else {}
     stage = run.record["stages"].setdefault("kernel_tests", {"runs": []}) | {"files": files, "missing": missing}
     run.record["stages"]["kernel_tests"] = stage | summary
     run.save()
-    ran = summary.get("tests", 0) - summary.get("skipped", 0)  # tests that skip on the device check nothing there
-    return entry.get("returncode") == 0 and not missing and ran > 0
 
 
-def speed(run: Run, args, env: dict, *, kernels_pass: bool) -> None:
-    """The speed benchmark's gpu section, ending inside its stage (its deadline, then SIGINT)."""
-    seconds = run.seconds_for("speed")
+def measure(run: Run, args, env: dict, stage: str, kernels: list[str]) -> dict:
+    """One of MEASURING in its own process; its record (STAGE.json under `out`) summarised into the run's."""
+    argv = [sys.executable, "-m", STAGE_MODULE, stage, "--device", args.device]
+    run.run(stage, [*argv, "--out", str(args.out), "--kernels", ",".join(kernels)], env)
+    written = json_file(args.out / f"{stage}.json") or {}
+    run.record["stages"][stage] |= {"errors": written.get("errors"), "file": f"{stage}.json" if written else None}
+    run.save()
+    return written
+
+
+def checked_kernels(run: Run, kernels: list[str], unit: dict) -> list[str]:
+    """`kernels` less the Triton unit unless the unit stage found its values and gradients right."""
+    if "triton" in kernels and not unit.get("triton_correct"):
+        run.record["triton_left_out"] = unit.get("triton_errors") or (
+            unit.get("errors") or "the unit stage did not run"
+        )
+        return [kernel for kernel in kernels if kernel != "triton"]
+    return kernels
+
+
+def tables(run: Run, args, env: dict, kernels: list[str]) -> None:
+    """The speed benchmark's gpu section (the full tables), ending inside its stage (its deadline, then SIGINT)."""
+    seconds = run.seconds_for("tables")
     output = args.out / "speed_gpu.json"
     argv = [sys.executable, "-m", "benchmarks.speed", "--device", args.device, "--sections", "gpu", "--rounds", "3"]
     argv += ["--min-run-time", "0", "--deadline-at", str(time.time() + seconds - 2 * GRACE), "--output", str(output)]
-    argv += ["--gpu-kernels", "triton,torch" if kernels_pass else "torch"]
-    if args.device == "cpu":
+    if args.device == "cpu":  # the compiled parts cannot compile the Triton op under its interpreter
+        kernels = [kernel for kernel in kernels if kernel != "triton"]
         argv += ["--quick", "--threads", "1"]  # one thread: tiny steps on two spend their time in OpenMP's waits
+    argv += ["--gpu-kernels", ",".join(kernels)]
     if args.parts:
         argv += ["--gpu-parts", args.parts]
-    if args.resume:
-        argv += ["--gpu-resume", str(args.resume)]
-    run.run("speed", argv, env, seconds=seconds - GRACE)
+    run.run("tables", argv, env, seconds=seconds - GRACE)
     result = (json_file(output) or {}).get("gpu", {})
-    stage = run.record["stages"]["speed"] | {"sgu_kernels": result.get("sgu_kernels")}
-    run.record["stages"]["speed"] = stage | {key: result.get(key) for key in ("part_seconds", "not_run", "errors")}
-    run.save()
-
-
-# The tokenizer the FSDP runs load, trained on the MLM script's own sample text.
-TOKENIZER = """
-import sys
-from gmlp.tasks.mlm import DEFAULT_TRAIN_FILE
-from gmlp.tokenization_gmlp import train_tokenizer
-train_tokenizer([DEFAULT_TRAIN_FILE], vocab_size=8192).save_pretrained(sys.argv[1])
-"""
-
-
-def fsdp(run: Run, args, env: dict) -> None:
-    """FSDP2 through the Trainer (the documented command, one process): a checkpoint, then a run resumed from it."""
-    work = WORK
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    run.run("fsdp", [sys.executable, "-c", TOKENIZER, str(work / "tokenizer")], env)
-    config, steps = "gmlp-base" if args.device == "cuda" else "gmlp-tiny", 4
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", "run_mlm.py"]
-    tokenizer = str(work / "tokenizer")
-    flags = ["--config_name", config, "--config_overrides", "vocab_size=8192", "--tokenizer_name", tokenizer]
-    flags += ["--output_dir", str(work / "fsdp"), "--report_to", "none", "--bf16", "--disable_tqdm", "true"]
-    flags += ["--do_train", "--per_device_train_batch_size", "8", "--max_seq_length", "128", "--logging_steps", "1"]
-    flags += ["--save_strategy", "steps", "--save_steps", str(steps // 2), "--fsdp", "--fsdp_config", FSDP_CONFIG]
-    first = run.run("fsdp", [*torchrun, *flags, "--max_steps", str(steps)], env)
-    stage = run.record["stages"]["fsdp"]
-    checkpoint = work / "fsdp" / f"checkpoint-{steps}"
-    stage["checkpoint"] = sorted(path.name for path in checkpoint.iterdir()) if checkpoint.is_dir() else None
-    if first.get("returncode") == 0:
-        resumed = ["--max_steps", str(steps + steps // 2), "--resume_from_checkpoint", str(work / "fsdp")]
-        run.run("fsdp", [*torchrun, *flags, *resumed], env)
-        stage["global_step_after_resume"] = (json_file(work / "fsdp" / "trainer_state.json") or {}).get("global_step")
+    stage = run.record["stages"]["tables"] | {"sgu_kernels": result.get("sgu_kernels")}
+    run.record["stages"]["tables"] = stage | {key: result.get(key) for key in ("part_seconds", "not_run", "errors")}
     run.save()
 
 
@@ -240,28 +233,27 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="benchmarks/gpu_run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--call", type=int, choices=list(CALLS), default=1, help=f"the call's stages: {CALLS}")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-run-out")), help="default: $OUT")
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a rehearsal at tiny sizes")
-    parser.add_argument("--quick", action="store_true", help=f"the rerun's budget: {QUICK}")
-    parser.add_argument("--stages", type=lambda text: text.split(","), help="some of the stages (default: all)")
+    parser.add_argument("--stages", type=lambda text: text.split(","), help="some of the call's stages (default: all)")
     parser.add_argument(
         "--budget", type=float, help="seconds for the run: every stage's share scaled but the preflight's"
     )
-    parser.add_argument("--parts", help="the speed stage's parts (benchmarks/speed/gpu.py's PARTS; default: all)")
-    parser.add_argument("--resume", type=Path, help="a speed_gpu.json of an earlier run on this device to continue")
+    parser.add_argument("--kernels", default="triton,torch", help="the sgu_kernel values measured (default: both)")
+    parser.add_argument("--parts", help="the tables stage's parts (benchmarks/speed/gpu.py's PARTS; default: all)")
     parser.add_argument("--site", type=Path, default=SITE, help="where the wheels install")
-    args = parser.parse_args(argv)
-    if args.resume and not args.resume.is_file():
-        parser.error(f"--resume {args.resume}: no such file; give the speed_gpu.json of an earlier run")
-    return args
+    return parser.parse_args(argv)
 
 
 def budgets(args) -> dict[str, float]:
-    """The stages to run and their seconds (`--budget` scales every stage's but the preflight's)."""
-    chosen = dict(QUICK if args.quick else STAGES)
+    """The call's stages to run and their seconds (`--budget` scales every stage's but the preflight's)."""
+    chosen = dict(CALLS[args.call])
     if args.stages:
-        if unknown := sorted(set(args.stages) - set(STAGES)):
-            raise SystemExit(f"error: no stage {', '.join(unknown)}; the stages are {', '.join(STAGES)}")
+        if unknown := sorted(set(args.stages) - set(chosen)):
+            raise SystemExit(
+                f"error: call {args.call} has no stage {', '.join(unknown)}; its stages are {', '.join(chosen)}"
+            )
         chosen = {stage: seconds for stage, seconds in chosen.items() if stage == "preflight" or stage in args.stages}
     if args.budget:
         scale = (args.budget - chosen["preflight"]) / (sum(chosen.values()) - chosen["preflight"])
@@ -272,18 +264,26 @@ def budgets(args) -> dict[str, float]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     run = Run(args.out, budgets(args))
+    run.record["call"] = args.call
     env = preflight(run, args)
-    kernels_pass = kernel_tests(run, args, env) if "kernel_tests" in run.budgets else True
-    if "speed" in run.budgets:
-        speed(run, args, env, kernels_pass=kernels_pass)
-    if "fsdp" in run.budgets:
-        fsdp(run, args, env)
+    if args.device == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # the Triton unit on CPU tensors, through Triton's interpreter
+    kernels = args.kernels.split(",")
+    for stage in list(run.budgets)[1:]:
+        if stage in MEASURING:
+            written = measure(run, args, env, stage, kernels)
+            if stage == "unit":
+                kernels = checked_kernels(run, kernels, written)
+        elif stage == "tables":
+            tables(run, args, env, kernels)
+        else:
+            kernel_tests(run, args, env)
     run.record["seconds"] = round(sum(run.budgets.values()) - (run.end - time.monotonic()), 1)
     run.save()
-    print(json.dumps(run.record["preflight"], indent=1))
+    print(json.dumps(run.record.get("preflight"), indent=1))
     for stage, entry in run.record["stages"].items():
         outcomes = ", ".join(f"{item['outcome']} in {item.get('seconds', 0)} s" for item in entry["runs"])
-        print(f"{stage}: {outcomes}")
+        print(f"{stage}: {outcomes}; errors: {entry.get('errors') or entry.get('failed') or 'none'}")
     return 0
 
 

@@ -54,7 +54,6 @@ def parse_args(argv=None):
     add("--memory-lengths", type=int, nargs="+", default=[512, 2048, 4096])
     add("--gpu-kernels", default="triton,torch", help="the gpu section's sgu_kernel values")
     add("--gpu-parts", help="comma-separated parts of the gpu section to run (default: all, in order)")
-    add("--gpu-resume", metavar="FILE", help="a gpu results file: run its missing parts with its batches")
     add("--deadline-at", type=float, help="time.time() by which the gpu section's parts must end")
     add("--data", type=Path, default=ROOT.parent / "shared" / "data", help="padding_free's data")
     add("--quick", action="store_true", help="3 rounds, 2-layer scaling, the gpu section at tiny size")

@@ -1,33 +1,28 @@
-"""The GPU section (docs/benchmarks.md#on-a-cuda-gpu): gMLP-base with its fused spatial gating unit, without it and
-with its activations kept, against BERT and ModernBERT at equal parameters and at their stock shapes. The parts
-(PARTS, by priority) run while their time fits before `--deadline-at`; a failing part is recorded, the next runs."""
+"""The GPU section (docs/benchmarks.md#on-a-cuda-gpu): gMLP-base with each spatial gating unit and with PyTorch's
+keeping its activations, against BERT and ModernBERT at equal parameters and at their stock shapes, every model at
+one fixed batch. The parts (PARTS, by priority) run while their time fits before `--deadline-at`; a failing part is
+recorded, the next runs."""
 
-import json
 import sys
 import time
 import traceback
 from functools import partial
-from pathlib import Path
 
 import torch
 
-from ..common import matmul_peak_flops, num_parameters, percent, table, times
+from ..common import matmul_peak_flops, percent, table, times
 from . import gpu_parts, scaling
 from .gpu_parts import BERT_BASE, KEPT, MODERN, MODERN_BASE, REFERENCE, Bench
 
-# Part -> seconds expected at base size on an H100 (the H200's part_seconds in results/speed_gpu_2026-11-27.json,
-# scaled to these parts' rows and three rounds; max-autotune's GEMM search estimated): the deadline starts a part only
-# while that much time is left.
+# Part -> seconds expected at base size (the H200's part_seconds in results/speed_gpu_2026-11-28.json, three rounds;
+# max-autotune's GEMM search estimated): the deadline starts a part only while that much time is left.
 PARTS = {
-    "batches-bf16": 35,
-    "training-bf16-eager": 60,
-    "training-bf16-compiled": 110,
+    "training-bf16-eager": 35,
+    "training-bf16-compiled": 65,
     "inference-bf16-eager": 15,
-    "inference-bf16-compiled": 40,
-    "fft-crossover": 30,
-    "profile-bf16": 35,
+    "inference-bf16-compiled": 20,
+    "fft-crossover": 45,
     "training-bf16-max-autotune": 120,
-    "batches-fp32": 30,
     "inference-fp32-eager": 15,
     "inference-fp32-compiled": 35,
     "training-fp32-compiled": 85,
@@ -45,7 +40,7 @@ def plan(bench: Bench, size: str, kernels: list[str]) -> dict:
     """PARTS' work, in order: each a function of no arguments returning what it measured."""
     ours = [f"gmlp ({kernel})" for kernel in kernels]
     equal = [*ours, REFERENCE, MODERN]
-    everyone = [*ours, f"{ours[0]}{KEPT}", REFERENCE, MODERN, BERT_BASE, MODERN_BASE]
+    everyone = [*ours, f"gmlp (torch){KEPT}", REFERENCE, MODERN, BERT_BASE, MODERN_BASE]
     inference = [*ours, REFERENCE, MODERN, BERT_BASE, MODERN_BASE]
     plain = "gmlp (torch)" if "torch" in kernels else ours[-1]
     autotune = dict.fromkeys([ours[0], REFERENCE, MODERN], "compiled") | {plain: "max-autotune"}
@@ -56,15 +51,12 @@ def plan(bench: Bench, size: str, kernels: list[str]) -> dict:
         return partial(timed, task, precision, dict.fromkeys(names, mode))
 
     return {
-        "batches-bf16": partial(gpu_parts.find_batches, bench, "bf16", everyone),
         "training-bf16-eager": group("training", "bf16", "eager", everyone),
         "training-bf16-compiled": group("training", "bf16", "compiled", everyone),
         "inference-bf16-eager": group("inference", "bf16", "eager", inference),
         "inference-bf16-compiled": group("inference", "bf16", "compiled", inference),
         "fft-crossover": partial(gpu_parts.fft_crossover, bench, size, ours[0]),
-        "profile-bf16": partial(gpu_parts.kernel_profile, bench, [*ours, REFERENCE]),
         "training-bf16-max-autotune": partial(timed, "training", "bf16", autotune, record=[plain]),
-        "batches-fp32": partial(gpu_parts.find_batches, bench, "fp32", equal),
         "inference-fp32-eager": group("inference", "fp32", "eager", equal),
         "inference-fp32-compiled": group("inference", "fp32", "compiled", equal),
         "training-fp32-compiled": group("training", "fp32", "compiled", equal),
@@ -75,14 +67,7 @@ def measure(args) -> dict:
     device = torch.device(args.device)
     size, kernels = "tiny" if args.quick else "base", args.gpu_kernels.split(",")
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    result = {"size": size, "device": name, "sgu_kernels": kernels, "part_seconds": {}}
-    if args.gpu_resume:
-        earlier = json.loads(Path(args.gpu_resume).read_text())["gpu"]
-        if (earlier["device"], earlier["size"]) != (name, size):
-            message = f"{args.gpu_resume} was measured on {earlier['device']} at size {earlier['size']}, this run is on {name} at size {size}: its batches and rows do not carry over."
-            raise ValueError(message)
-        result = earlier | {"resumed_from": str(args.gpu_resume)}
-    result |= {"not_run": [], "errors": {}}
+    result = {"size": size, "device": name, "sgu_kernels": kernels, "part_seconds": {}, "not_run": [], "errors": {}}
     wanted = args.gpu_parts.split(",") if args.gpu_parts else list(PARTS)
     if unknown := set(wanted) - set(PARTS):
         raise ValueError(f"Unknown parts {sorted(unknown)}; the parts are: {', '.join(PARTS)}.")
@@ -90,35 +75,30 @@ def measure(args) -> dict:
     torch._dynamo.config.fail_on_recompile_limit_hit = True
     peak = matmul_peak_flops(device, torch.bfloat16, size=8192 if device.type == "cuda" else 1024)
     datasheet = datasheet_peak(name)
-    models = gpu_parts.build(size, device, kernels)
+    everyone = [f"gmlp ({kernel})" for kernel in kernels] + [f"gmlp (torch){KEPT}", REFERENCE, MODERN]
+    models = gpu_parts.build(size, device, [*everyone, BERT_BASE, MODERN_BASE])
     length = next(iter(models.values())).config.max_position_embeddings
-    batches = result.setdefault("batches", {})
+    batches = {precision: dict.fromkeys(models, gpu_parts.BATCH[size]) for precision in ("bf16", "fp32")}
     bench = Bench(device, models, length, peak, datasheet, args.rounds, args.min_run_time, batches)
     bench.optimizers = {name: gpu_parts.make_optimizer(model, device) for name, model in models.items()}
     result |= {
         "length": length,
+        "batches": batches,
         "matmul_peak_tflops_bf16": peak / 1e12,
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "datasheet_peak_tflops_bf16": datasheet and datasheet / 1e12,
-    }
-    shape = {"layers": "num_hidden_layers", "hidden_size": "hidden_size", "intermediate_size": "intermediate_size"}
-    shape |= {"attn_implementation": "_attn_implementation"}  # the results' key -> the config's field
-    result["models"] = {
-        name: {"parameters": num_parameters(model)} | {key: getattr(model.config, f) for key, f in shape.items()}
-        for name, model in models.items()
+        "models": gpu_parts.describe(models),
     }
     for part, work in plan(bench, size, kernels).items():
-        if part in wanted and part not in result["part_seconds"]:
+        if part in wanted:
             expected = PARTS[part] if size == "base" else 0
             run_part(result, part, work, bench, deadline=args.deadline_at, expected=expected, save=args.save)
     return result
 
 
 def run_part(result: dict, part: str, work, bench: Bench, *, deadline: float | None, expected: float, save) -> None:
-    """Run `part` unless it would end after `deadline` or lacks its batches; record its time or its error."""
-    late = deadline is not None and time.time() + expected > deadline
-    unbatched = part.startswith(("training", "inference", "profile")) and part.split("-")[1] not in bench.batches
-    if late or unbatched:
+    """Run `part` unless it would end after `deadline`; record its time or its error."""
+    if deadline is not None and time.time() + expected > deadline:
         result["not_run"].append(part)
         return
     print(f"  {part} ...", file=sys.stderr, flush=True)
@@ -181,7 +161,7 @@ def timing_table(rows: list[dict]) -> list[str]:
             *(row[key] for key in ("model", "precision", "mode", "batch")),
             f"{row['tokens_per_second']:.0f}",
             *(optional(1.0 if row["model"] == name else row["versus"].get(name), times) for name in references),
-            percent(row["mfu_measured_peak"]),
+            optional(row["mfu_measured_peak"], percent),
             optional(row["mfu_datasheet_peak"], percent),
             optional(row["peak_step_gib"], lambda gib: f"{gib:.1f}"),
             f"{row['first_call_seconds']:.1f}",
@@ -202,7 +182,7 @@ def profile_tables(result: dict) -> dict[str, list[str]]:
             f"{row['ms_total']:.0f}",
             percent(row["matmul_share"]),
             percent(row["compiled_kernels_share"]),
-            times(row["amdahl_bound"]),
+            optional(row["amdahl_bound"], times),
             "; ".join(f"{key.removeprefix('aten::')[:60]} {ms:.1f}" for key, ms in list(row["top_ms"].items())[:5]),
         ]
         for name, row in result["cases"].items()

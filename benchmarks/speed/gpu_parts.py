@@ -1,13 +1,13 @@
-"""The GPU section's models and parts: each part a function of the `Bench` (the models, their optimizers, the batches
-found, the compiled blocks) returning a small dataclass that writes itself into the results (`into`)."""
+"""The GPU section's models and parts: each part a function of the `Bench` (the models, their optimizers, their fixed
+batches, the compiled blocks) returning a small dataclass that writes itself into the results (`into`)."""
 
 import dataclasses
+import gc
 import statistics
 import time
 from functools import partial
 
 import torch
-from accelerate.utils import find_executable_batch_size
 from torch._dynamo.utils import counters
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
@@ -17,7 +17,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from gmlp import GMLPConfig
 
 from .. import common
-from ..common import interleaved, mlm_batch, paired_ratio, peak_added_mib
+from ..common import interleaved, mlm_batch, num_parameters, paired_ratio, peak_added_mib
 from .models import forward_flops, in_precision, labelled_loss, labelled_positions, training_step_fn
 from .scaling import DEFAULT_PATH, SPATIAL_PATHS, crossover, measure_lengths
 
@@ -29,40 +29,70 @@ SIZES = {  # the stock shapes are BertConfig's and ModernBertConfig's defaults a
     "base": {"preset": "gmlp-base", "stock": {}, "fft_lengths": (1024, 2048, 4096, 8192, 16384), "fft_layers": 4},
     "tiny": {"preset": "gmlp-tiny", "stock": TINY_STOCK, "fft_lengths": (128, 256), "fft_layers": 1},
 }
+# Every model's batch (sequences of n tokens), training and inference, bf16 and fp32: fixed, no search. At base size 64
+# (32,768 tokens a step) fits every model on an H100 of 80 GB, the least of them gMLP with its activations kept (at
+# most 152 on an H200 of 141 GB, results/speed_gpu_2026-11-28.json), and fills the GPU's products.
+BATCH = {"base": 64, "tiny": 2}
 COMPILE_MODES = {"compiled": None, "max-autotune": "max-autotune-no-cudagraphs"}
 # Matrix products: the kernels of cuBLAS (gemm, xmma, cutlass, nvjet) and of fused attention; aten's on the CPU.
 MATMULS = ("gemm", "xmma", "cutlass", "nvjet", "flash", "fmha", "attention", "aten::mm", "aten::addmm", "aten::bmm")
 
 
-def build(size: str, device, kernels: list[str]) -> dict[str, torch.nn.Module]:
-    """name -> model on `device`: gMLP by its preset with each SGU kernel (the first also with its activations kept),
-    BERT and ModernBERT with gMLP's width, depth and parameter count, and at their stock shapes, all with SDPA."""
+def build(size: str, device, names: list[str], **overrides) -> dict[str, torch.nn.Module]:
+    """name -> model on `device`, for the `names` asked: gMLP by its preset (`overrides` on it), "gmlp (KERNEL)" with
+    that `sgu_kernel` and with KEPT its activations kept (`recompute_gating=False`); BERT and ModernBERT with gMLP's
+    width, depth, length and parameter count (REFERENCE, MODERN) and at their stock shapes (BERT_BASE, MODERN_BASE),
+    all with SDPA."""
     spec = SIZES[size]
 
-    def gmlp(**overrides):
-        return GMLPConfig.from_preset(spec["preset"], **overrides)
+    def gmlp(**more):
+        return GMLPConfig.from_preset(spec["preset"], **overrides | more)
 
-    ours = {f"gmlp ({kernel})": gmlp(sgu_kernel=kernel) for kernel in kernels}
-    ours[f"gmlp ({kernels[0]}){KEPT}"] = gmlp(sgu_kernel=kernels[0], recompute_gating=False)
-    like, target = gmlp().to_dict(), common.parameters_of(lambda: AutoModelForMaskedLM.from_config(gmlp()))
-    theirs = {REFERENCE: common.bert_config(like, target), MODERN: common.modernbert_config(like, target)}
-    theirs |= {BERT_BASE: BertConfig(**spec["stock"]), MODERN_BASE: ModernBertConfig(**spec["stock"])}
+    def config(name):
+        if name.startswith("gmlp ("):
+            kernel = name.removeprefix("gmlp (").split(")")[0]
+            return gmlp(sgu_kernel=kernel, recompute_gating=not name.endswith(KEPT))
+        like, target = gmlp().to_dict(), common.parameters_of(lambda: AutoModelForMaskedLM.from_config(gmlp()))
+        makers = {
+            REFERENCE: lambda: common.bert_config(like, target),
+            MODERN: lambda: common.modernbert_config(like, target),
+        }
+        makers |= {
+            BERT_BASE: lambda: BertConfig(**spec["stock"]),
+            MODERN_BASE: lambda: ModernBertConfig(**spec["stock"]),
+        }
+        return makers[name]()
+
+    configs = {name: config(name) for name in names}
     torch.manual_seed(0)
     with torch.device(device):  # initialised there: 7 models of 110M-150M parameters take seconds on the host
-        models = {name: AutoModelForMaskedLM.from_config(config) for name, config in ours.items()}
-        for name, config in theirs.items():
-            models[name] = AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
-    return models
+        return {
+            name: AutoModelForMaskedLM.from_config(
+                config, **({} if name.startswith("gmlp") else {"attn_implementation": "sdpa"})
+            )
+            for name, config in configs.items()
+        }
+
+
+def describe(models: dict[str, torch.nn.Module]) -> dict[str, dict]:
+    """Each model's parameter count and shape, as the results give them."""
+    shape = {"layers": "num_hidden_layers", "hidden_size": "hidden_size", "intermediate_size": "intermediate_size"}
+    shape |= {"attn_implementation": "_attn_implementation"}  # the results' key -> the config's field
+    return {
+        name: {"parameters": num_parameters(model)} | {key: getattr(model.config, f) for key, f in shape.items()}
+        for name, model in models.items()
+    }
 
 
 @dataclasses.dataclass
 class Bench:
-    """What the parts share: the models, their optimizers and compiled blocks, the batches found, how to time."""
+    """What the parts share: the models, their optimizers and compiled blocks, their batches (precision -> name ->
+    batch), how to time, and MFU's denominators: `datasheet` (the fixed one) and `peak` (measured), FLOP/s or None."""
 
     device: torch.device
     models: dict[str, torch.nn.Module]
     length: int
-    peak: float
+    peak: float | None
     datasheet: float | None
     rounds: int
     min_run_time: float
@@ -71,7 +101,7 @@ class Bench:
     compiled: dict = dataclasses.field(default_factory=dict)
 
     def step(self, name: str, task: str, precision: str, batch: int | None = None) -> tuple:
-        """`name`'s training step or encoder forward on a batch of `batch` (default: the one found), and its labels."""
+        """`name`'s training step or encoder forward on a batch of `batch` (default: its own), and its labels."""
         model = self.models[name]
         batch = batch or self.batches[precision][name]
         input_ids, labels = mlm_batch(batch, self.length, model.config.vocab_size, self.device)
@@ -105,7 +135,7 @@ def training_step(model, optimizer, input_ids, labels):
 
 
 def make_optimizer(model, device):
-    """Fused AdamW with its states made (a step at batch 1 and rate 0), so that a batch search sees them."""
+    """Fused AdamW with its states made (a step at batch 1 and rate 0): a timed step allocates none."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True)
     model.train()
     input_ids, labels = mlm_batch(1, model.config.max_position_embeddings, model.config.vocab_size, device, 0.5)
@@ -117,65 +147,13 @@ def make_optimizer(model, device):
 def free_memory(bench: Bench) -> None:
     for model in bench.models.values():
         model.zero_grad(set_to_none=True)
-    if bench.device.type == "cuda":
-        torch.cuda.empty_cache()  # accelerate's finder collects the garbage first
+    free_memory_of(bench.device)
 
 
-@dataclasses.dataclass
-class Batches:
-    """The largest batch per model in one precision, and how it was found."""
-
-    precision: str
-    batches: dict[str, int]
-    searches: dict[str, dict]
-
-    def into(self, result: dict) -> None:
-        for key, value in (("batches", self.batches), ("batch_search", self.searches)):
-            result.setdefault(key, {})[self.precision] = value
-
-
-def largest_batch(step_at, reset, device, start: int = 8, share: float = 0.9) -> dict:
-    """The largest batch (a multiple of `start`) whose step fits: accelerate's `find_executable_batch_size` from the
-    one that the peaks at `start` and 2 `start` say fills `share` of the free memory, then smaller by a tenth."""
-    reset()
-    free = torch.cuda.mem_get_info(device)[0] / 2**30
-    peaks = {}
-    for batch in (start, 2 * start):
-        peaks[batch] = peak_added_mib(step_at(batch), repeats=1, device=device) / 1024
-        reset()
-    per_sequence = (peaks[2 * start] - peaks[start]) / start
-    first = max(start, int(start + (share * free - peaks[start]) / max(per_sequence, 1e-9)) // start * start)
-    tries = []
-
-    def smaller() -> int:
-        return tries[-1][0] - max(start, tries[-1][0] // 10 // start * start)
-
-    @find_executable_batch_size(starting_batch_size=first, reduce_batch_size_fn=smaller)
-    def fit(batch):
-        tries.append([batch, "out of memory"])
-        reset()  # here: the finder's handler of the last try's error still held that step's tensors
-        tries[-1][1] = round(peak_added_mib(step_at(batch), repeats=1, device=device) / 1024, 2)
-        return batch
-
-    found = fit()
-    reset()
-    return {"batch": found, "free_gib": free, "per_sequence_gib": per_sequence, "tries": tries}
-
-
-def find_batches(bench: Bench, precision: str, names: list[str]) -> Batches:
-    """Each model's largest training batch (on the CPU, 2)."""
-    found = Batches(precision, bench.batches.setdefault(precision, {}), {})
-    for name in names:
-        if bench.device.type != "cuda":
-            found.batches[name] = 2
-        else:
-
-            def step_at(batch, name=name):
-                return bench.step(name, "training", precision, batch)[0]
-
-            found.searches[name] = largest_batch(step_at, partial(free_memory, bench), bench.device)
-            found.batches[name] = found.searches[name]["batch"]
-    return found
+def free_memory_of(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 @dataclasses.dataclass
@@ -233,7 +211,7 @@ def time_group(bench: Bench, task: str, precision: str, modes: dict[str, str], r
                 "batch": bench.batches[precision][name],
                 "tokens_per_second": tokens[name] / seconds,
                 "tflops": achieved / 1e12,
-                "mfu_measured_peak": achieved / bench.peak,
+                "mfu_measured_peak": bench.peak and achieved / bench.peak,
                 "mfu_datasheet_peak": bench.datasheet and achieved / bench.datasheet,
                 "versus": versus,
                 "peak_step_gib": peak,
@@ -267,13 +245,33 @@ def fft_crossover(bench: Bench, size: str, name: str) -> Keyed:
     return Keyed("fft", found | {"crossover_length": crossover(found)})
 
 
-def kernel_profile(bench: Bench, names: list[str], steps: int = 2) -> Keyed:
-    """The bf16 training steps of `names`, eager and compiled, profiled over `steps` steps after two: time by CUDA
+def by_kernel(profiler, on_gpu: bool, calls: int = 1) -> dict[str, dict]:
+    """The profiler's time by CUDA kernel (on the CPU: self time by operator) per call: ms and launches, largest
+    first."""
+    events = [e for e in profiler.key_averages() if not on_gpu or e.device_type == DeviceType.CUDA]
+    found = {
+        e.key: {
+            "ms": (e.self_device_time_total if on_gpu else e.self_cpu_time_total) / 1e3 / calls,
+            "launches": e.count / calls,
+        }
+        for e in events
+    }
+    return dict(sorted(((key, row) for key, row in found.items() if row["ms"]), key=lambda item: -item[1]["ms"]))
+
+
+def is_matmul(name: str) -> bool:
+    return any(word in name.lower() for word in MATMULS)
+
+
+def kernel_profile(
+    bench: Bench, names: list[str], steps: int = 2, modes=("eager", "compiled"), top: int = 12
+) -> Keyed:
+    """The bf16 training steps of `names` in each of `modes`, profiled over `steps` steps after two: time by CUDA
     kernel (on the CPU by operator), the matmul share and its bound on any fusion of the rest, inductor's share, the
-    largest kernels and the profiler's own table."""
+    `top` largest kernels and the profiler's own table."""
     on_gpu, results = bench.device.type == "cuda", {}
     try:
-        for name, mode in ((name, mode) for name in names for mode in ("eager", "compiled")):
+        for name, mode in ((name, mode) for name in names for mode in modes):
             bench.set_mode(bench.models[name], mode)
             step = bench.step(name, "training", "bf16")[0]
             for _ in range(2):
@@ -283,20 +281,18 @@ def kernel_profile(bench: Bench, names: list[str], steps: int = 2) -> Keyed:
                     step()
                 if on_gpu:
                     torch.cuda.synchronize(bench.device)
-            events = [e for e in profiler.key_averages() if not on_gpu or e.device_type == DeviceType.CUDA]
-            by_key = {e.key: (e.self_device_time_total if on_gpu else e.self_cpu_time_total) / 1e3 for e in events}
-            by_key = dict(sorted(((key, ms) for key, ms in by_key.items() if ms), key=lambda item: -item[1]))
+            by_key = {key: row["ms"] for key, row in by_kernel(profiler, on_gpu).items()}  # over the steps
             total = sum(by_key.values())
-            matmul = sum(ms for key, ms in by_key.items() if any(word in key.lower() for word in MATMULS))
+            matmul = sum(ms for key, ms in by_key.items() if is_matmul(key))
             fused = sum(ms for key, ms in by_key.items() if "CompiledFxGraph" in key or key.startswith("triton_"))
             sort_by = "self_device_time_total" if on_gpu else "self_cpu_time_total"
             results[f"{name} bf16 {mode}"] = {
                 "ms_total": total,
                 "matmul_share": matmul / total,
                 "compiled_kernels_share": fused / total,
-                "amdahl_bound": total / matmul,
-                "top_ms": dict(list(by_key.items())[:12]),
-                "table": profiler.key_averages().table(sort_by=sort_by, row_limit=12, max_name_column_width=70),
+                "amdahl_bound": total / matmul if matmul else None,
+                "top_ms": dict(list(by_key.items())[:top]),
+                "table": profiler.key_averages().table(sort_by=sort_by, row_limit=top, max_name_column_width=70),
             }
     finally:
         for name in names:

@@ -1,7 +1,7 @@
-"""The speed benchmark's gpu section on the CPU (benchmarks/speed/gpu.py and gpu_parts.py), at tiny sizes: its losses
-and baselines compute what they claim, the batch search backs off from out-of-memory steps as accelerate's finder
-does, ratios are of tokens/s, a failing part is recorded, a resumed run does only what it lacks, and the targets are
-read off the rows."""
+"""The speed benchmark's gpu section and the GPU run's stages on the CPU (benchmarks/speed/gpu.py, gpu_parts.py and
+gpu_stages.py), at tiny sizes: its losses and baselines compute what they claim, ratios are of tokens/s, MFU is against
+the datasheet's peak, a failing part or measurement is recorded and the next one runs, the Triton unit is checked
+before it is timed, and the targets are read off the rows."""
 
 import json
 
@@ -11,7 +11,7 @@ from transformers import AutoModelForMaskedLM, BertConfig
 
 from benchmarks.common import bert_config, mlm_batch, modernbert_config
 from benchmarks.speed import __main__ as cli
-from benchmarks.speed import gpu, gpu_parts, models
+from benchmarks.speed import gpu, gpu_parts, gpu_stages, models
 from gmlp import GMLPConfig
 from gmlp.configuration_gmlp import PRESETS
 
@@ -60,29 +60,6 @@ def test_datasheet_peaks_by_device_name():
     assert gpu.datasheet_peak("cpu") is None
 
 
-def test_the_batch_search_backs_off_from_out_of_memory_steps(monkeypatch):
-    """The peaks at 8 and 16 sequences give a quarter GiB per sequence, so 90% of 100 GiB free allows 352; steps over
-    300 run out of memory, and the finder backs off by a tenth (rounded to 8) until one fits. What the caching
-    allocator holds counts as free: it is released before the free memory is read."""
-    gib = 2**30
-    device = {"total": 100 * gib, "cached": 90 * gib}  # the earlier model's step left 90 GiB in the cache
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda _: (device["total"] - device["cached"], device["total"]))
-    monkeypatch.setattr(gpu_parts, "peak_added_mib", lambda step, repeats, device: 1024 * step())
-
-    def step_at(batch):
-        def step():
-            if batch > 300:
-                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-            return 1.0 + batch / 4
-
-        return step
-
-    found = gpu_parts.largest_batch(step_at, lambda: device.update(cached=0), torch.device("cuda"))
-    assert found["free_gib"] == 100 and found["per_sequence_gib"] == 0.25
-    assert found["tries"] == [[352, "out of memory"], [320, "out of memory"], [288, 73.0]]
-    assert found["batch"] == 288
-
-
 @pytest.fixture
 def tiny_section(monkeypatch):
     """The gpu section's models at TINY sizes (n = 16) and a fixed matmul peak: the logic, not the sizes, is under
@@ -100,10 +77,9 @@ def run_section(output, *parts, kernels="torch", extra=()):
     return json.loads(output.read_text())["gpu"]
 
 
-def test_a_failing_part_is_recorded_and_a_resumed_run_does_only_what_is_missing(tmp_path, monkeypatch, tiny_section):
-    """The training part fails (planted), inference still runs; resumed from that file, the run keeps its batches
-    and rows and runs the training part alone, every model's tokens/s paired with every other's."""
-    parts = ("batches-bf16", "training-bf16-eager", "inference-bf16-eager")
+def test_a_failing_part_is_recorded_and_the_next_part_runs(tmp_path, monkeypatch, tiny_section):
+    """The training part fails (planted), inference still runs, every model at the fixed batch."""
+    parts = ("training-bf16-eager", "inference-bf16-eager")
     original = gpu_parts.time_group
 
     def failing_training(bench, task, *args, **kwargs):
@@ -114,30 +90,18 @@ def test_a_failing_part_is_recorded_and_a_resumed_run_does_only_what_is_missing(
     monkeypatch.setattr(gpu_parts, "time_group", failing_training)
     first = run_section(tmp_path / "first.json", *parts)
     assert first["errors"] == {"training-bf16-eager": "RuntimeError: planted failure"}
-    assert set(first["part_seconds"]) == {"batches-bf16", "inference-bf16-eager"}
-    assert [row["model"] for row in first["inference"]] == [
-        "gmlp (torch)", gpu.REFERENCE, gpu.MODERN, gpu.BERT_BASE, gpu.MODERN_BASE
-    ]  # fmt: skip
-
-    monkeypatch.setattr(gpu_parts, "time_group", original)
-    resumed = run_section(tmp_path / "resumed.json", *parts, extra=["--gpu-resume", str(tmp_path / "first.json")])
-    assert resumed["errors"] == {} and set(resumed["part_seconds"]) == set(parts)
-    assert resumed["inference"] == first["inference"] and resumed["batches"] == first["batches"]
-    kept = f"gmlp (torch){gpu.KEPT}"
-    rows = {row["model"]: row for row in resumed["training"]}
-    assert list(rows) == ["gmlp (torch)", kept, gpu.REFERENCE, gpu.MODERN, gpu.BERT_BASE, gpu.MODERN_BASE]
-    assert set(rows[kept]["versus"]) == set(rows) - {kept}
-    rendered = gpu.render(resumed)
-    assert any(line.startswith(f"| {kept} vs its memory-lean default, eager, paired ") for line in rendered["targets"])
-    assert "Failed" not in "\n".join(line for lines in rendered.values() for line in lines)
+    assert set(first["part_seconds"]) == {"inference-bf16-eager"}
+    assert [(row["model"], row["batch"]) for row in first["inference"]] == [
+        (name, gpu_parts.BATCH["tiny"])
+        for name in ("gmlp (torch)", gpu.REFERENCE, gpu.MODERN, gpu.BERT_BASE, gpu.MODERN_BASE)
+    ]
 
 
 def test_ratios_are_of_tokens_per_second_when_the_batches_differ(monkeypatch, tiny_section):
     """Each model runs at its own batch: a model whose steps take twice as long at twice the batch is as fast (on an
     H200 the step-time ratio reported gMLP at 0.55x BERT for 0.84x its tokens/s)."""
-    models_ = gpu_parts.build("tiny", torch.device("cpu"), ["torch"])
     names = ["gmlp (torch)", gpu.REFERENCE]
-    bench = gpu_parts.Bench(torch.device("cpu"), {n: models_[n] for n in names}, 16, 1e11, None, 3, 0.0, {})
+    bench = gpu_parts.Bench(torch.device("cpu"), gpu_parts.build("tiny", "cpu", names), 16, 1e11, None, 3, 0.0, {})
     bench.batches["bf16"] = {"gmlp (torch)": 4, gpu.REFERENCE: 2}
     planted = {"gmlp (torch)": [2.0, 2.2, 1.8], gpu.REFERENCE: [1.0, 1.1, 0.9]}
     monkeypatch.setattr(gpu_parts, "interleaved", lambda steps, *args, **kwargs: {n: planted[n] for n in steps})
@@ -146,10 +110,35 @@ def test_ratios_are_of_tokens_per_second_when_the_batches_differ(monkeypatch, ti
     assert rows[1]["versus"] == {"gmlp (torch)": pytest.approx(1.0)}
 
 
+def test_mfu_is_against_the_datasheet_peak_with_the_measured_ceiling_beside(tmp_path, monkeypatch, tiny_section):
+    """MFU's denominator is the datasheet's dense bf16 peak of the device named (989 TFLOP/s for an H100 SXM), fixed;
+    the matmul ceiling the ceilings stage measured (ceilings.json) gives the second figure."""
+    stage = gpu_stages.Stage("step", "cpu", tmp_path, "tiny", ["torch"])
+    stage.device_name = "NVIDIA H100 80GB HBM3"
+    assert stage.denominators() == (989e12, None)
+    (tmp_path / "ceilings.json").write_text(json.dumps({"matmul_tflops_bf16": 790.0}))
+    datasheet, measured = stage.denominators()
+    assert (datasheet, measured) == (989e12, 790e12)
+    models_ = gpu_parts.build("tiny", torch.device("cpu"), ["gmlp (torch)"])
+    bench = gpu_parts.Bench(
+        torch.device("cpu"), models_, 16, measured, datasheet, 3, 0.0, {"bf16": {"gmlp (torch)": 2}}
+    )
+    bench.optimizers = {"gmlp (torch)": gpu_parts.make_optimizer(models_["gmlp (torch)"], torch.device("cpu"))}
+    monkeypatch.setattr(
+        gpu_parts, "interleaved", lambda steps, *args, **kwargs: {key: [0.5, 0.4, 0.6] for key in steps}
+    )
+    (row,) = gpu_parts.time_group(bench, "training", "bf16", {"gmlp (torch)": "eager"}).rows
+    flops = row["tflops"] * 1e12
+    assert row["mfu_datasheet_peak"] == pytest.approx(flops / 989e12) and row["mfu_measured_peak"] == pytest.approx(
+        flops / 790e12
+    )
+    assert row["tokens_per_second"] == 2 * 16 / 0.5  # the median round
+
+
 def test_parts_that_would_end_after_the_deadline_are_left_for_later(tmp_path, tiny_section):
-    result = run_section(tmp_path / "late.json", "batches-bf16", "fft-crossover", extra=["--deadline-at", "1"])
-    assert result["not_run"] == ["batches-bf16", "fft-crossover"] and result["part_seconds"] == {}
-    assert "Not run before the deadline: batches-bf16, fft-crossover." in gpu.render(result)["not_run"]
+    result = run_section(tmp_path / "late.json", "inference-bf16-eager", "fft-crossover", extra=["--deadline-at", "1"])
+    assert result["not_run"] == ["inference-bf16-eager", "fft-crossover"] and result["part_seconds"] == {}
+    assert "Not run before the deadline: inference-bf16-eager, fft-crossover." in gpu.render(result)["not_run"]
 
 
 def test_the_crossover_part_measures_the_default_path_beside_the_others(tmp_path, tiny_section):
@@ -188,3 +177,49 @@ def test_the_targets_are_read_off_the_rows():
         ("1.00x", "1.00x"),
     ]  # fmt: skip
     assert next(iter(cells)) == "gmlp (triton) training vs BERT (sdpa), compiled, paired"
+
+
+def test_a_failing_measurement_is_recorded_and_its_stage_goes_on(tmp_path):
+    stage = gpu_stages.Stage("unit", "cpu", tmp_path, "tiny", ["torch"])
+    assert stage.attempt("planted", lambda: 1 / 0) is None
+    assert stage.attempt("next", lambda: 2) == 2
+    assert json.loads((tmp_path / "unit.json").read_text())["errors"] == {
+        "planted": "ZeroDivisionError: division by zero"
+    }
+
+
+def test_the_units_compute_the_same_function_as_float64(tmp_path):
+    """The unit stage's check: each unit's output and every gradient in bf16 against the PyTorch unit in float64, the
+    Triton unit (under Triton's interpreter here) within the bf16 tolerance."""
+    stage = gpu_stages.Stage("unit", "cpu", tmp_path, "tiny", ["triton", "torch"])
+    for kernel, recompute in (("torch", True), ("triton", True)):
+        errors = gpu_stages.relative_errors(
+            gpu_stages.Unit(stage, kernel, recompute), gpu_stages.Unit(stage, "torch", False)
+        )
+        assert len(errors) == 6 and all(0 < error <= gpu_stages.BF16_TOLERANCE for error in errors.values()), errors
+
+
+def test_a_wrong_triton_unit_is_not_timed(tmp_path, monkeypatch):
+    """Its errors recorded, `triton_correct` false (the GPU run then leaves it out of the later stages), the PyTorch
+    units timed and profiled; the least bytes and the products' FLOPs beside."""
+    monkeypatch.setattr(gpu_stages, "relative_errors", lambda unit, reference: {"output": 0.5})
+    gpu_stages.main(["unit", "--device", "cpu", "--out", str(tmp_path), "--kernels", "triton,torch"])
+    unit = json.loads((tmp_path / "unit.json").read_text())
+    assert unit["errors"] == {} and unit["triton_errors"] == {"output": 0.5} and unit["triton_correct"] is False
+    assert set(unit["cases"]) == set(unit["kernels"]) == {"torch (recompute)", "torch (kept)"}
+    assert set(unit["products"]) == {"W @ v (bmm)", "W^T @ dM (bmm)", "dW = dM v^T (mm)"}
+    shape = unit["shape"]
+    tokens = shape["batch"] * shape["length"]
+    assert unit["row_bytes"] == {"forward": 2 * 5 * tokens * shape["gate"], "backward": 2 * 9 * tokens * shape["gate"]}
+    assert unit["product_flops"] == 2 * tokens * shape["length"] * shape["gate"]
+
+
+def test_inductors_bandwidth_lines_are_parsed():
+    from torch._inductor.runtime.runtime_utils import create_bandwidth_info_str
+
+    line = create_bandwidth_info_str(
+        0.25, 0.5, 2000.0, suffix=" \t 40.00% \t triton_red_fused_gelu_native_layer_norm_0", color=False
+    )
+    assert gpu_stages.BANDWIDTH_LINE.findall(line) == [
+        ("0.250", "0.500", "2000.00", "40.00", "triton_red_fused_gelu_native_layer_norm_0")
+    ]

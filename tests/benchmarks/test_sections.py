@@ -21,7 +21,7 @@ SECTIONS = {
     "memory": ["--memory-lengths", "64"],
     "scaling": ["--lengths", "32", "64", "--scaling-tokens", "128", "--scaling-layers", "1"],
     # torch.compile is the precision section's to test: compiling costs minutes on two cores.
-    "gpu": ["--quick", "--gpu-parts", "batches-bf16,inference-bf16-eager,fft-crossover"],
+    "gpu": ["--quick", "--gpu-parts", "inference-bf16-eager,fft-crossover"],
 }
 
 
