@@ -112,14 +112,16 @@ def sequence_starts(position_ids: torch.Tensor, token_mask: torch.Tensor | None)
 
 
 @dataclass(frozen=True)
-class PackedRows:
-    """The sequences of packed rows moved to rows of their own, one per sequence, zero-padded to the longest: token t
-    of the batch (flattened) goes to slot `slot[t]` of row `row[t]`. The gating unit runs on these rows, so that no
-    weight reaches across a sequence boundary and the product costs what the sequences' own would."""
+class TokenRows:
+    """The tokens moved to rows that start at slot 0, where the gating unit runs on them (then they move back): the
+    sequences of packed rows, one row each, zero-padded to the longest (`from_segments`), or left-padded rows rolled
+    so that each row's first real token is at slot 0 (`from_leading_padding`). Token t of the batch (flattened) goes
+    to slot `slot[t]` of row `row[t]`, so that no weight reaches across a sequence boundary and every row uses W's
+    leading block, as the same tokens alone would."""
 
     row: torch.Tensor
     slot: torch.Tensor
-    layout: "TokenLayout"  # the rows': (sequences, longest)
+    layout: "TokenLayout"  # the rows': (rows, longest)
 
     @classmethod
     def from_segments(cls, segments: torch.Tensor, positions: torch.Tensor, token_mask: torch.Tensor | None):
@@ -142,8 +144,22 @@ class PackedRows:
             layout = TokenLayout(query=row_positions, key=row_positions, token_mask=row_mask)
         return cls(row=row, slot=slot, layout=layout)
 
+    @classmethod
+    def from_leading_padding(cls, leading_padding: torch.Tensor, token_mask: torch.Tensor) -> "TokenRows":
+        """Each row rolled left by its leading padding (batch, 1): its real tokens at 0, 1, ..., its padding after."""
+        (batch, length), device = token_mask.shape, token_mask.device
+        tokens = torch.arange(length, device=device)
+        row = torch.arange(batch, device=device)[:, None].expand(batch, length)
+        # Modulo length, written without `%` (ONNX's exporter cannot take a remainder by a dynamic length).
+        slot = tokens - leading_padding
+        slot = torch.where(slot < 0, slot + length, slot)
+        source = tokens + leading_padding  # the token at each slot
+        rolled_mask = token_mask.gather(1, torch.where(source >= length, source - length, source))
+        layout = TokenLayout.sequential(length, device, token_mask=rolled_mask)
+        return cls(row=row.flatten(), slot=slot.flatten(), layout=layout)
+
     def unpack(self, tensor: torch.Tensor | None) -> torch.Tensor | None:
-        """(batch, length, channels) -> (sequences, longest, channels), zero past each sequence's end."""
+        """(batch, length, channels) -> (rows, longest, channels), zero past each row's end."""
         if tensor is None:
             return None
         rows = tensor.new_zeros(*self.layout.token_mask.shape, tensor.shape[-1])
@@ -151,7 +167,7 @@ class PackedRows:
         return rows
 
     def pack(self, rows: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-        """The inverse of `unpack`: (sequences, longest, channels) -> (batch, length, channels)."""
+        """The inverse of `unpack`: (rows, longest, channels) -> (batch, length, channels)."""
         return rows[self.row, self.slot].view(*shape[:2], -1)
 
 
@@ -162,20 +178,20 @@ class TokenLayout:
 
     `query` and `key`: the position (row and column of W, entry of b) of each new token and of each key (the cached
     tokens, then the new ones), (1 or batch, tokens); a first axis of 1 is shared by the whole batch. `token_mask`:
-    the new tokens that are real (not padding), (batch, length), or None when all are. `in_order`: queries and keys
-    are the same tokens, each row's at its index less a shift, so that a Toeplitz product is a convolution along the
-    row (the FFT's case). `explicit`: the positions came from the caller without a cache (no cache can continue from
-    them). `segments` and `packed`: for rows that pack several sequences, which sequence of its row each token belongs
-    to (batch, length), and the sequences moved to rows of their own; None otherwise.
+    the new tokens that are real (not padding), (batch, length), or None when all are. `in_order`: every row's tokens
+    are at positions 0..L-1, queries and keys the same tokens, so that W's leading block serves the whole batch and a
+    Toeplitz product is a convolution along the row (the FFT's case). `segments`: for rows that pack several
+    sequences, which sequence of its row each token belongs to (batch, length). `rows`: the tokens moved to rows that
+    start at slot 0 (packed sequences, or left-padded rows), where the gating unit runs on them; None where the
+    batch's rows already do.
     """
 
     query: torch.Tensor
     key: torch.Tensor
     token_mask: torch.Tensor | None = None
     in_order: bool = False
-    explicit: bool = False
     segments: torch.Tensor | None = None
-    packed: PackedRows | None = None
+    rows: TokenRows | None = None
 
     @property
     def same_sequence(self):
@@ -190,20 +206,32 @@ class TokenLayout:
 
         return same_sequence
 
-    @property
-    def shared_in_order(self) -> bool:
-        """Tokens at 0..L-1 in every row: W's leading L x L block serves the whole batch."""
-        return self.in_order and self.query.shape[0] == 1
+    @classmethod
+    def sequential(cls, length: int, device: torch.device, *, token_mask=None) -> "TokenLayout":
+        """Token i at position i in every row of `length` tokens, no cache."""
+        positions = torch.arange(length, device=device)[None]
+        return cls(query=positions, key=positions, token_mask=token_mask, in_order=True)
 
     @classmethod
-    def sequential(
-        cls, length: int, device: torch.device, *, shift: torch.Tensor | None = None, token_mask=None
-    ) -> "TokenLayout":
-        """Token i at position i - shift (of its row; 0 without `shift`), for rows of `length` tokens and no cache."""
-        positions = torch.arange(length, device=device)[None]
-        if shift is not None:
-            positions = (positions - shift).clamp(min=0)
-        return cls(query=positions, key=positions, token_mask=token_mask, in_order=True)
+    def from_first_real_token(cls, length: int, device: torch.device, token_mask: torch.Tensor | None):
+        """Each row's tokens at positions counted from its first real token, no cache: a row's leading padding (left
+        padding) moves its tokens to rows that start at 0 (`TokenRows.from_leading_padding`). In eager mode rows
+        without leading padding (every row of a right-padded batch) keep the shared layout: finding that out reads the
+        mask on the host, as Transformers' SDPA mask does; compiled, rows with a mask are always moved."""
+        layout = cls.sequential(length, device, token_mask=token_mask)
+        if token_mask is None:
+            return layout
+        leading_padding = leading_padding_of(token_mask)
+        if not is_torchdynamo_compiling() and not bool(leading_padding.any()):
+            return layout
+        positions = (torch.arange(length, device=device) - leading_padding).clamp(min=0)
+        rows = TokenRows.from_leading_padding(leading_padding, token_mask)
+        return cls(query=positions, key=positions, token_mask=token_mask, rows=rows)
+
+
+def leading_padding_of(attention_mask: torch.Tensor) -> torch.Tensor:
+    """The padding before each row's first real token, (batch, 1)."""
+    return (attention_mask.long().cumsum(-1) == 0).sum(-1, keepdim=True)
 
 
 def make_token_layout(
@@ -218,10 +246,10 @@ def make_token_layout(
 ) -> TokenLayout:
     """The one place that checks the inputs' shapes and decides positions, padding and packing from them.
 
-    Without `position_ids`, token i is at position i, less, in causal mode, the row's leading padding (so that a
-    left-padded row uses W and b as the same tokens alone would); with a cache, the keys are the cached tokens then the
-    new ones, counted the same way. Explicit `position_ids` without a cache (or flash attention's `cu_seq_lens_q`)
-    may pack several sequences in a row (`sequence_starts`); the row may then be longer than n, each sequence not.
+    Without `position_ids`, token i is at position i less the row's leading padding (so that a left-padded row uses W
+    and b as the same tokens alone would); with a cache, the keys are the cached tokens then the new ones, counted the
+    same way. Explicit `position_ids` without a cache (or flash attention's `cu_seq_lens_q`) may pack several
+    sequences in a row (`sequence_starts`); the row may then be longer than n, each sequence not.
     """
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("You must specify exactly one of input_ids or inputs_embeds.")
@@ -239,36 +267,31 @@ def make_token_layout(
             f"`attention_mask` has shape {tuple(attention_mask.shape)} but must have shape {(batch, cached_length + length)} (the cached tokens and the new ones): the inputs have shape {(batch, length)}."
         )
     token_mask = None if attention_mask is None else attention_mask[:, -length:].bool()
-    leading_padding = None
-    if config.is_decoder and attention_mask is not None:
-        leading_padding = (attention_mask.long().cumsum(-1) == 0).sum(-1, keepdim=True)
     if cu_seq_lens_q is not None and position_ids is None:
         tokens = torch.arange(length, device=device)
         starts = cu_seq_lens_q[torch.searchsorted(cu_seq_lens_q[1:].to(tokens.dtype), tokens, right=True)]
         position_ids = (tokens - starts)[None].expand(batch, -1)
-    explicit = cache is None and position_ids is not None
-    if not explicit:
+    if cache is not None or position_ids is None:
         check_length(config, length, cached_length)
     if cache is not None:
         keys = torch.arange(cached_length + length, device=device)[None]
-        if leading_padding is not None:
-            keys = (keys - leading_padding).clamp(min=0)
+        if attention_mask is not None:
+            keys = (keys - leading_padding_of(attention_mask)).clamp(min=0)
         queries = keys[:, -length:] if position_ids is None else position_ids
         return TokenLayout(query=queries, key=keys, token_mask=token_mask)
     if position_ids is None:
-        return TokenLayout.sequential(length, device, shift=leading_padding, token_mask=token_mask)
+        return TokenLayout.from_first_real_token(length, device, token_mask)
     check_positions(config, position_ids)
     starts = sequence_starts(position_ids, token_mask)
     if not is_torchdynamo_compiling() and not bool(starts.any()):
-        return TokenLayout(query=position_ids, key=position_ids, token_mask=token_mask, explicit=True)
+        return TokenLayout(query=position_ids, key=position_ids, token_mask=token_mask)
     segments = starts.long().cumsum(-1)
     return TokenLayout(
         query=position_ids,
         key=position_ids,
         token_mask=token_mask,
-        explicit=True,
         segments=segments,
-        packed=PackedRows.from_segments(segments, position_ids, token_mask),
+        rows=TokenRows.from_segments(segments, position_ids, token_mask),
     )
 
 
@@ -345,13 +368,9 @@ class GMLPSpatialProjection(nn.Module):
         """W[query positions, key positions] for every head: (1 or batch, heads, queries, keys)."""
         weight = self.applied_weight()
         length = layout.query.shape[1]
-        if self.is_toeplitz and layout.in_order:
-            # Tokens in order, each row's shifted by its leading padding: W[i - s, j - s] = W[i, j] at every real
-            # token, and padding neither mixes nor is mixed in, so the batch shares W's leading block.
-            return toeplitz_block(weight, length)[None]
-        if layout.shared_in_order:
-            # A dense W's leading block, sliced rather than gathered by index (whose backward pass sorts L^2 indices).
-            return weight[:, :length, :length][None]
+        if layout.in_order:
+            # W's leading block, built or sliced rather than gathered by index (whose backward pass sorts L^2 indices).
+            return (toeplitz_block(weight, length) if self.is_toeplitz else weight[:, :length, :length])[None]
         if self.is_toeplitz:
             weight = weight[:, layout.query[:, :, None] - layout.key[:, None, :] + self.n - 1]
         else:
@@ -504,8 +523,8 @@ class GMLPSpatialGatingUnit(nn.Module):
         """s(GELU(Z)) for the new tokens. `cache`: write their gates into the block's layer of it and mix all the
         gates so far. `recompute`: keep only Z and the tiny attention's output for the backward pass
         (`torch.utils.checkpoint`) and recompute the rest there."""
-        if layout.packed is not None:
-            rows = layout.packed
+        if layout.rows is not None:
+            rows = layout.rows
             gated = self(
                 rows.unpack(projected),
                 layout=rows.layout,
@@ -581,8 +600,8 @@ class GMLPSpatialGatingUnit(nn.Module):
         kernel = load_sgu_kernel()
         if kernel is None:
             reason = "Triton is not installed or cannot run here"
-        elif not layout.shared_in_order:
-            reason = "the tokens are not at positions 0..L-1 in every row (explicit positions or causal left padding)"
+        elif not layout.in_order:
+            reason = "the tokens are not at positions 0..L-1 in every row (explicit position_ids)"
         elif self.spatial_proj.takes_fft(layout, projected.shape[1]):
             reason = "this length takes the FFT product"
         elif not self.exact_gelu:
@@ -830,12 +849,13 @@ class GMLPClassificationHead(nn.Module):
         hidden_states: torch.Tensor,
         *,
         token_mask: torch.Tensor | None = None,
-        packed: PackedRows | None = None,
+        rows: TokenRows | None = None,
     ) -> torch.Tensor:
-        """(batch, length, hidden) -> (batch, outputs), pooled over the real tokens (`token_mask`); for packed rows,
-        one output per sequence, those of row 0 first: (sequences, outputs)."""
-        if packed is not None:
-            hidden_states, token_mask = packed.unpack(hidden_states), packed.layout.token_mask
+        """(batch, length, hidden) -> (batch, outputs), pooled over the real tokens (`token_mask`); with `rows` (the
+        layout's), over the tokens moved to rows that start at the first real token: for packed rows, one output per
+        sequence, those of row 0 first: (sequences, outputs)."""
+        if rows is not None:
+            hidden_states, token_mask = rows.unpack(hidden_states), rows.layout.token_mask
         if self.pooling == "mean":
             pooled = mean_over_tokens(hidden_states, token_mask)
         else:
@@ -968,15 +988,15 @@ class GMLPModel(GMLPPreTrainedModel):
             the cached tokens) must not exceed `config.max_position_embeddings` (the spatial size n).
         attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 for real tokens,
             0 for padding (with a cache: `(batch_size, cached + sequence_length)`). Padding is zeroed before every
-            spatial projection and masked in the tiny attention, so right-padded sequences give the same outputs at
-            their real positions as unpadded ones; in causal mode positions start at each row's first real token,
-            so left padding is exact too (padding belongs at the ends of a row).
+            spatial projection and masked in the tiny attention, and positions start at each row's first real token,
+            so right- and left-padded sequences give the same outputs at their real positions as unpadded ones
+            (padding belongs at the ends of a row).
         token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): BERT's token types
             (which sentence of a pair each token belongs to).
         position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): the position of each
-            token (which row of W and entry of b it uses); by default its index, less the row's leading padding in
-            causal mode. Without a cache they may pack several sequences in a row (padding-free batching: each
-            sequence restarts at 0 and must fit in n; the row may be longer): sequences never mix.
+            token (which row of W and entry of b it uses); by default its index, less the row's leading padding.
+            Without a cache they may pack several sequences in a row (padding-free batching: each sequence restarts
+            at 0 and must fit in n; the row may be longer): sequences never mix.
         inputs_embeds (`torch.Tensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*): token
             embeddings to use instead of `input_ids`.
         cache (`Cache`, *optional*): causal mode: the earlier tokens' gates (and tiny-attention keys and
@@ -990,6 +1010,8 @@ class GMLPModel(GMLPPreTrainedModel):
             use_cache, cache = False, None  # only causal blocks can be decoded token by token
         elif cache is None and self.training and torch.is_grad_enabled():
             use_cache = False  # a training step keeps no cache (and may recompute its gates: GMLPLayer)
+        if use_cache and cache is None and position_ids is None and kwargs.get("cu_seq_lens_q") is None:
+            cache = DynamicCache(config=self.config)  # explicit positions make none: no cache can continue from them
         if token_layout is None:
             token_layout = make_token_layout(
                 self.config,
@@ -1000,8 +1022,6 @@ class GMLPModel(GMLPPreTrainedModel):
                 cache=cache,
                 cu_seq_lens_q=kwargs.get("cu_seq_lens_q"),
             )
-        if use_cache and cache is None and not token_layout.explicit:
-            cache = DynamicCache(config=self.config)
         hidden_states = self.embeddings(input_ids, token_type_ids, inputs_embeds)
         hidden_states = self.encoder(
             hidden_states,
@@ -1304,7 +1324,7 @@ class GMLPForSequenceClassification(GMLPPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.classifier(outputs.last_hidden_state, token_mask=layout.token_mask, packed=layout.packed)
+        logits = self.classifier(outputs.last_hidden_state, token_mask=layout.token_mask, rows=layout.rows)
         loss = self.classification_loss(logits, labels) if labels is not None else None
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
@@ -1341,18 +1361,31 @@ class GMLPForMultipleChoice(GMLPPreTrainedModel):
         def flatten_choices(tensor):
             return None if tensor is None else tensor.flatten(0, 1)
 
+        input_ids, inputs_embeds = flatten_choices(input_ids), flatten_choices(inputs_embeds)
         attention_mask = flatten_choices(attention_mask)
+        layout = make_token_layout(
+            self.config,
+            input_ids,
+            inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=flatten_choices(position_ids),
+            cu_seq_lens_q=kwargs.get("cu_seq_lens_q"),
+        )
+        if layout.segments is not None:
+            raise ValueError(
+                "Multiple choice scores one sequence per choice, but these position_ids pack several sequences in a row (padding-free batching). Pad the batch instead (e.g. DataCollatorWithPadding)."
+            )
         outputs = self.gmlp(
-            flatten_choices(input_ids),
+            input_ids,
             attention_mask=attention_mask,
             token_type_ids=flatten_choices(token_type_ids),
-            position_ids=flatten_choices(position_ids),
-            inputs_embeds=flatten_choices(inputs_embeds),
+            inputs_embeds=inputs_embeds,
+            token_layout=layout,
             return_dict=True,
             **kwargs,
         )
-        token_mask = None if attention_mask is None else attention_mask.bool()
-        logits = self.classifier(outputs.last_hidden_state, token_mask=token_mask).view(-1, num_choices)
+        logits = self.classifier(outputs.last_hidden_state, token_mask=layout.token_mask, rows=layout.rows)
+        logits = logits.view(-1, num_choices)
         loss = None
         if labels is not None:
             check_labels(labels, num_choices)
@@ -1443,7 +1476,7 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
             position_ids=position_ids,
             cu_seq_lens_q=kwargs.get("cu_seq_lens_q"),
         )
-        if layout.packed is not None:
+        if layout.segments is not None:
             raise ValueError(
                 "Question answering finds one answer span per row, but these position_ids pack several sequences in a row (padding-free batching). Pad the batch instead (e.g. DataCollatorWithPadding)."
             )
