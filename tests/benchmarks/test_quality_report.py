@@ -197,10 +197,12 @@ def test_the_runtime_table_counts_each_run_under_its_part(tmp_path):
 
 def test_the_runtime_table_does_not_depend_on_the_records_names(tmp_path):
     """Their sum is exact: renaming the records (a new key) reorders them without moving a digit."""
-    seconds = [0.1, 0.2, 0.3]  # summed an hour at a time, in one order and the other: two last digits
+    seconds = [0.1, 0.2, 0.3]  # in hours, added up in one order and in the other, they differ in the last digit
     found = []
     for names in ("abc", "cba"):
-        ctx = Context(parse_args(["--report_only", "--output", str(tmp_path / names / "q.json")]))
+        ctx = Context(
+            parse_args(["--report_only", "--work_dir", str(tmp_path), "--output", str(tmp_path / names / "q.json")])
+        )
         for name, runtime in zip(names, seconds):
             ctx.save(f"finetune-{name}", {"kind": "finetune", "settings": {}, "train_runtime": runtime})
         found.append(parts.runtimes(ctx)["fine-tuning"])
