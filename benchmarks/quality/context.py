@@ -127,8 +127,7 @@ def config_settings(config) -> dict:
 
 
 def settings_key(settings: dict) -> str:
-    """A short hash of the settings that decide a run's result (a config in them as `config_settings`): part of its
-    record's name."""
+    """A short hash of the settings that decide a run's result: part of its record's name."""
     return hashlib.sha1(json.dumps(settings, default=str, sort_keys=True).encode()).hexdigest()[:10]
 
 

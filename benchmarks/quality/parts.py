@@ -219,8 +219,7 @@ def run_part(name: str, record: dict, args) -> str:
 
 
 def runtimes(ctx: Context) -> dict:
-    """Per part: how many records and their summed training time as the Trainer measured it (wall-clock; summed
-    exactly, so that neither the records' names nor their order moves the last digit)."""
+    """Per part: how many records and their training time as the Trainer measured it (wall-clock), summed exactly."""
     seconds = {}
     for path in ctx.records.glob("*.json"):
         record = json.loads(path.read_text())
