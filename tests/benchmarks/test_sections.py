@@ -2,10 +2,10 @@
 measured; the helpers the benchmarks share give what they promise."""
 
 import json
-import time
 from functools import partial
 
 import pytest
+from torch.utils.benchmark import Timer
 from transformers import BertForMaskedLM
 
 from benchmarks import common
@@ -44,20 +44,22 @@ def test_each_section_measures_and_writes_its_tables(tiny_models, tmp_path, sect
     assert output.with_suffix(".md").read_text() == cli.markdown(results)
 
 
-def test_interleaved_rounds_time_each_case_and_pair_them():
+def test_interleaved_rounds_time_each_case_and_pair_them(monkeypatch):
     """Every round times every case (the median per call of its block); a step that takes twice as long is paired
-    round by round at half the speed."""
+    round by round at half the speed. The steps advance a clock of their own, so that a loaded machine's delays do
+    not enter the figures."""
     calls = {"short": 0, "long": 0}
+    clock = [0.0]
+    monkeypatch.setattr(common, "Timer", partial(Timer, timer=lambda: clock[0]))
 
     def step(name, seconds):
         calls[name] += 1
-        time.sleep(seconds)
+        clock[0] += seconds
 
     times = common.interleaved({"short": partial(step, "short", 0.002), "long": partial(step, "long", 0.004)}, 3)
-    assert [len(runs) for runs in times.values()] == [3, 3]
-    assert all(0.002 <= t < 0.02 for t in times["short"]) and all(0.004 <= t < 0.04 for t in times["long"])
+    assert times == {"short": [pytest.approx(0.002)] * 3, "long": [pytest.approx(0.004)] * 3}
     assert calls["short"] >= 1 + 3 * 2  # the warm-up, then per round a call that sizes the block and a timed one
-    assert 1.5 < common.paired_ratio(times, "short", "long") < 2.5
+    assert common.paired_ratio(times, "short", "long") == pytest.approx(2.0)
 
 
 def test_bert_of_equal_parameter_count():
