@@ -5,6 +5,7 @@ Imports only torch, transformers and `configuration_gmlp`, so that a saved check
 `trust_remote_code=True` where this package is not installed.
 """
 
+import copy
 from dataclasses import dataclass
 from functools import cache
 
@@ -15,7 +16,9 @@ from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, StaticLayer
+from transformers.configuration_utils import PreTrainedConfig
 from transformers.generation import GenerationMixin
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -427,6 +430,25 @@ class GMLPSpatialProjection(nn.Module):
         signal = torch.fft.rfft(heads.to(precision).transpose(-1, -2), n=size)
         product = torch.fft.irfft(signal * kernel, n=size)
         return product[..., length - 1 : 2 * length - 1].transpose(-1, -2).to(heads.dtype)
+
+    @torch.no_grad()
+    def resize(self, n: int, initialise) -> None:
+        """Make W and b those of the spatial size `n`: `initialise(self)` draws them as the model's init does at `n`,
+        then the positions both sizes have take back their values (W[i, j] and b[i] for i, j < m, the smaller n: a
+        dense W's leading m x m block, a Toeplitz W's diagonals of offsets -(m - 1) .. m - 1), so that a longer n adds
+        positions at their initial values and a shorter one drops the last."""
+        old_n, kept = self.n, min(self.n, n)
+        old_weight, old_bias = self.weight, self.bias
+        weight_shape = (self.num_heads, 2 * n - 1) if self.is_toeplitz else (self.num_heads, n, n)
+        self.n = n
+        self.weight = nn.Parameter(old_weight.new_zeros(weight_shape), requires_grad=old_weight.requires_grad)
+        self.bias = nn.Parameter(old_bias.new_ones(self.num_heads, n), requires_grad=old_bias.requires_grad)
+        initialise(self)
+        if self.is_toeplitz:
+            self.weight[:, n - kept : n + kept - 1] = old_weight[:, old_n - kept : old_n + kept - 1]
+        else:
+            self.weight[:, :kept, :kept] = old_weight[:, :kept, :kept]
+        self.bias[:, :kept] = old_bias[:, :kept]
 
 
 def eager_attention_forward(
@@ -948,6 +970,67 @@ class GMLPPreTrainedModel(PreTrainedModel):
             bound = self.config.spatial_init_eps / self.config.max_position_embeddings
             init.uniform_(module.weight, -bound, bound)
             init.ones_(module.bias)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
+        """`PreTrainedModel.from_pretrained`, also at another spatial size n than the checkpoint's (text models): with
+        `max_position_embeddings=N`, or a `config` whose n is N, the checkpoint loads at its own n and
+        `resize_position_embeddings(N)` then keeps what its W and b learned (Transformers would refuse their shapes
+        or, with `ignore_mismatched_sizes=True`, start them afresh)."""
+        given = config if isinstance(config, PreTrainedConfig) else None
+        n = given.max_position_embeddings if given is not None else kwargs.get("max_position_embeddings")
+        saved = cls._saved_spatial_size(pretrained_model_name_or_path, kwargs) if n is not None else None
+        if saved in (None, n):
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
+        if is_deepspeed_zero3_enabled():
+            raise ValueError(
+                f"{pretrained_model_name_or_path} has n = max_position_embeddings = {saved}; loading it at n = {n} under DeepSpeed ZeRO-3, whose parameters are partitioned as they are made, is not supported. Resize it first without DeepSpeed (`from_pretrained(path, max_position_embeddings={n}).save_pretrained(new_path)`) and load that."
+            )
+        if given is not None:
+            config = copy.deepcopy(given)
+            config.max_position_embeddings = saved
+        else:
+            kwargs["max_position_embeddings"] = saved
+        model = super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
+        model.resize_position_embeddings(n)
+        return model
+
+    @classmethod
+    def _saved_spatial_size(cls, name, kwargs: dict) -> int | None:
+        """The n of a text checkpoint `name` as its config says; None for an image model (whose n follows its image
+        and patch sizes) and where there is no config to read (loading a `state_dict=`, a folder of weights alone)."""
+        if name is None or not issubclass(cls.config_class, GMLPConfig):
+            return None
+        hub = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
+        try:
+            saved = cls.config_class.from_pretrained(name, **{key: kwargs[key] for key in hub if key in kwargs})
+        except OSError:
+            return None
+        return saved.max_position_embeddings
+
+    def resize_position_embeddings(self, new_num_position_embeddings: int) -> None:
+        """Change the spatial size n (`config.max_position_embeddings`) of every block's W and b, keeping what they
+        learned: the positions both sizes have keep their values, so that outputs on inputs of at most the smaller n
+        are unchanged; a longer n's new positions start as the init makes them (W uniform in +-spatial_init_eps / n at
+        the new n, b = 1), a shorter n drops the last. Transformers' API for models with position embeddings, which W
+        stands in for; `from_pretrained(..., max_position_embeddings=N)` resizes with it. Text models only."""
+        old_n, n = self.config.max_position_embeddings, new_num_position_embeddings
+        if n == old_n:
+            return
+        checked = copy.deepcopy(self.config)
+        checked.max_position_embeddings = n
+        checked.validate()  # the config's own errors for a bad n, before anything changes
+        self.config.max_position_embeddings = n
+        projections = [module for module in self.modules() if isinstance(module, GMLPSpatialProjection)]
+        for projection in projections:
+            projection.resize(n, self._init_weights)
+        if n > old_n:
+            change = f"positions {old_n}..{n - 1} start at the init (W uniform in +-{self.config.spatial_init_eps / n:.3g}, b = 1)"
+        else:
+            change = f"positions {n}..{old_n - 1} are dropped"
+        logger.warning(
+            f"Spatial size n = max_position_embeddings changed from {old_n} to {n} in {len(projections)} blocks: W and b keep positions 0..{min(old_n, n) - 1}; {change}."
+        )
 
 
 class GMLPModel(GMLPPreTrainedModel):
@@ -1537,6 +1620,12 @@ class GMLPVisionPreTrainedModel(GMLPPreTrainedModel):
     main_input_name = "pixel_values"
     input_modalities = ("image",)
     _no_split_modules = ["GMLPPatchEmbeddings", "GMLPLayer"]
+
+    def resize_position_embeddings(self, new_num_position_embeddings: int):
+        """Refused: an image model's n is its number of patches, which its image and patch sizes set."""
+        raise NotImplementedError(
+            f"An image model's spatial size n is its number of patches ((image_size / patch_size)^2 = {self.config.max_position_embeddings}), and W mixes patches by their place in the grid, which another grid changes: keep the checkpoint's image_size and patch_size and resize the images instead."
+        )
 
 
 class GMLPVisionModel(GMLPVisionPreTrainedModel):

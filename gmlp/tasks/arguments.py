@@ -68,7 +68,10 @@ class ModelArguments:
     config_name: str | None = HfArg(
         default=None, help=f"A new model: a preset ({', '.join(PRESETS | VISION_PRESETS)}), config folder or Hub id."
     )
-    config_overrides: str | None = HfArg(default=None, help="Fields to set, e.g. num_hidden_layers=2,hidden_size=64.")
+    config_overrides: str | None = HfArg(
+        default=None,
+        help="Fields to set, e.g. num_hidden_layers=2,hidden_size=64. On a checkpoint, max_position_embeddings=N changes n, keeping the learned spatial weights.",
+    )
     tokenizer_name: str | None = HfArg(default=None, help="A tokenizer directory or Hub id, if not the model's.")
     cache_dir: str | None = HfArg(default=None, help="Where to cache Hub downloads.")
     model_revision: str = HfArg(default="main", help="Branch, tag or commit of a Hub model.")

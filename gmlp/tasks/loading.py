@@ -1,6 +1,7 @@
 """Loading what a run starts from, with clear errors: the config, the tokenizer, the model and the sequence length."""
 
 import contextlib
+import copy
 import difflib
 import json
 import logging
@@ -97,10 +98,7 @@ def load_model(auto_class, model_args, config, tokenizer=None):
         except RuntimeError as error:
             if "ignore_mismatched_sizes" not in str(error):
                 raise
-            differ = mismatched_weights(name, auto_class, config)
-            raise ScriptError(
-                f"--model_name_or_path {name}: {differ}. Pass --ignore_mismatched_sizes to start those weights afresh (a new head for the data's labels), or drop the --config_overrides that change the model's sizes."
-            ) from None
+            raise ScriptError(f"--model_name_or_path {name}: {mismatch_advice(name, auto_class, config)}") from None
     if tokenizer is not None and len(tokenizer) > (size := model.get_input_embeddings().num_embeddings):
         raise ScriptError(
             f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only {size} (vocab_size). Use the model's own tokenizer or, training from scratch, --config_overrides vocab_size={len(tokenizer)}."
@@ -108,36 +106,69 @@ def load_model(auto_class, model_args, config, tokenizer=None):
     return model
 
 
-def mismatched_weights(folder: str, auto_class, config) -> str:
-    """Which weights of the checkpoint `folder` have other shapes than those of `auto_class` built from `config`."""
+def mismatch_advice(folder: str, auto_class, config) -> str:
+    """Which weights of the checkpoint `folder` have other shapes than this run's model, and the fix: a new head
+    (`--ignore_mismatched_sizes`) where only the head differs, else dropping the `--config_overrides` that change the
+    body's sizes (`--ignore_mismatched_sizes` would start its learned weights afresh)."""
+    head, body = mismatched_weights(folder, auto_class, config)
+    keep_n = (
+        " (n itself can change: --config_overrides max_position_embeddings=N keeps the learned spatial weights)"
+        if config.model_type == "gmlp"
+        else ""
+    )
+    if not head + body:
+        return f"some of its weights have other shapes than this run's model. For a new head (another number of labels) pass --ignore_mismatched_sizes; else drop the --config_overrides that change the model's sizes{keep_n}."
+    labels = f"; the data has {config.num_labels} labels" if any(key.startswith("classifier") for key in head) else ""
+    differ = f"its weights {', '.join(head + body)} have other shapes than this run's model{labels}"
+    if not body:
+        return f"{differ}. Pass --ignore_mismatched_sizes to start the head afresh (a new head for the data's labels)."
+    return f"{differ}. Drop the --config_overrides that change the sizes of the model's body{keep_n}: --ignore_mismatched_sizes is for a new head only, and would start the body's learned weights afresh."
+
+
+def mismatched_weights(folder: str, auto_class, config) -> tuple[list[str], list[str]]:
+    """The weights of the checkpoint `folder` whose shapes differ from those of `auto_class` built from `config`, as
+    "name (shape) (this run: shape)": the head's, then the body's (the base model's). A text model is compared at
+    the checkpoint's n, since `from_pretrained` resizes the spatial weights to another n."""
     if not (files := sorted(Path(folder).glob("*.safetensors")) if os.path.isdir(folder) else []):
-        return "some of its weights have other shapes than this run's model"
+        return [], []
+    if config.model_type == "gmlp":
+        config = copy.deepcopy(config)
+        config.max_position_embeddings = AutoConfig.from_pretrained(folder).max_position_embeddings
     with torch.device("meta"):
-        expected = {key: tuple(value.shape) for key, value in auto_class.from_config(config).state_dict().items()}
-    found = []
+        model = auto_class.from_config(config)
+    expected = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    head, body = [], []
     for path in files:
         with safe_open(str(path), framework="pt") as weights:
-            found += [(key, tuple(weights.get_slice(key).get_shape())) for key in weights.keys()]  # noqa: SIM118
-    differ = ", ".join(
-        f"{key} {shape} (this run: {expected[key]})" for key, shape in found if expected.get(key, shape) != shape
-    )
-    labels = f"; the data has {config.num_labels} labels" if "classifier" in differ else ""
-    return f"its weights {differ} have other shapes than this run's model{labels}"
+            for key in weights.keys():  # noqa: SIM118
+                shape = tuple(weights.get_slice(key).get_shape())
+                if expected.get(key, shape) != shape:
+                    part = body if key.startswith(f"{model.base_model_prefix}.") else head
+                    part.append(f"{key} {shape} (this run: {expected[key]})")
+    return head, body
 
 
-def check_max_seq_length(max_seq_length: int | None, config, tokenizer) -> int:
-    """`max_seq_length` (default: the model's n, or the tokenizer's `model_max_length` if smaller), at most n; it
-    becomes the tokenizer's `model_max_length`, so that the saved tokenizer says the length the model trained at."""
+def check_max_seq_length(max_seq_length: int | None, config, tokenizer, model_args) -> int:
+    """`max_seq_length` (default: the model's n, or the tokenizer's `model_max_length` if smaller unless
+    `--config_overrides` sets n), at most n; it becomes the tokenizer's `model_max_length`, so that the saved
+    tokenizer says the length the model trained at."""
     n = config.max_position_embeddings
     if max_seq_length is None:
-        max_seq_length = min(n, tokenizer.model_max_length)
+        max_seq_length = (
+            n if "max_position_embeddings" in overridden(model_args) else min(n, tokenizer.model_max_length)
+        )
         if max_seq_length < n:
             logger.warning(
                 f"--max_seq_length {max_seq_length}, the tokenizer's model_max_length (the model's n is {n}); pass --max_seq_length {n} to use all of n."
             )
     elif max_seq_length > n:
         raise ScriptError(
-            f"--max_seq_length {max_seq_length} is larger than the model's spatial size n = max_position_embeddings = {n}: pass at most {n}, or, from scratch, --config_overrides max_position_embeddings={max_seq_length}."
+            f"--max_seq_length {max_seq_length} is larger than the model's spatial size n = max_position_embeddings = {n}: pass at most {n}, or --config_overrides max_position_embeddings={max_seq_length} (a checkpoint keeps its learned spatial weights; the new positions start untrained)."
         )
     tokenizer.model_max_length = max_seq_length
     return max_seq_length
+
+
+def overridden(model_args) -> set[str]:
+    """The config fields that `--config_overrides` sets."""
+    return {item.split("=", 1)[0] for item in (model_args.config_overrides or "").split(",") if item}

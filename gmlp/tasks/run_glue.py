@@ -80,7 +80,7 @@ def run(argv: list[str]) -> dict:
     evaluation = glue.glue_evaluation(data_args.task_name, task, config.num_labels)
     checks.check_evaluation_arguments(training_args, evaluation.metric_names, script="run_glue.py")
     raw = glue.label_task_data(raw, task, names, data_args.data_files())
-    max_seq_length = loading.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
+    max_seq_length = loading.check_max_seq_length(data_args.max_seq_length, config, tokenizer, model_args)
     model = loading.load_model(AutoModelForSequenceClassification, model_args, config, tokenizer)
 
     def tokenize(examples):

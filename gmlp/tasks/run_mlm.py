@@ -101,7 +101,7 @@ def run(argv: list[str]) -> dict:
     tokenizer = tokenizer or mlm.train_or_load_tokenizer(raw, config, training_args)
     if data_args.fill_mask_text and tokenizer.mask_token is None:
         raise ScriptError("--fill_mask_text needs a tokenizer with a mask token; this one has none.")
-    max_seq_length = loading.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
+    max_seq_length = loading.check_max_seq_length(data_args.max_seq_length, config, tokenizer, model_args)
     if model_args.model_name_or_path is None and config.vocab_size != len(tokenizer):
         logger.warning(
             f"vocab_size set to the tokenizer's {len(tokenizer)} tokens (the config had {config.vocab_size})."

@@ -19,10 +19,10 @@ from script_runs import (
     squad_run,
     trained_nothing,
 )
-from transformers import AutoTokenizer
+from transformers import AutoModelForImageClassification, AutoTokenizer
 
-from gmlp import GMLPConfig, GMLPForSequenceClassification
-from gmlp.tasks import run_glue, run_image_classification, run_mlm, run_squad
+from gmlp import GMLPConfig, GMLPForImageClassification, GMLPForSequenceClassification, GMLPVisionConfig
+from gmlp.tasks import loading, run_glue, run_image_classification, run_mlm, run_squad
 from gmlp.tasks.errors import ScriptError
 
 
@@ -264,3 +264,42 @@ def test_a_head_of_another_size_is_named_with_the_fix(tokenizer_dir, tmp_path):
         run_glue.run(arguments)
     run_glue.run([*arguments, "--ignore_mismatched_sizes"])
     assert GMLPForSequenceClassification.from_pretrained(tmp_path / "out").config.num_labels == 3
+
+
+def test_a_body_of_another_size_is_named_and_not_started_afresh(tokenizer_dir, tmp_path):
+    """A checkpoint whose blocks are wider than `--config_overrides` makes them: the fix is to drop those overrides
+    (n alone may change), not `--ignore_mismatched_sizes`, which would start the blocks' learned weights afresh."""
+    checkpoint = tmp_path / "wide"
+    GMLPForSequenceClassification(GMLPConfig(vocab_size=120, num_labels=2, **SCRIPT_SIZES)).save_pretrained(checkpoint)
+    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(checkpoint)
+    data = csv_file(tmp_path / "train.csv", LABELLED)
+    arguments = [
+        *flags(model_name_or_path=checkpoint, output_dir=tmp_path / "out", train_file=data, max_seq_length=16),
+        *flags(config_overrides="intermediate_size=48,max_position_embeddings=16", do_train=True, max_steps=1),
+        *COMMON,
+    ]
+    message = (
+        r"--model_name_or_path .*wide: its weights .*gmlp\.encoder\.layer\.0\.channel_proj_in\.weight \(64, 32\) \(this "
+        r"run: \(48, 32\)\).* have other shapes than this run's model\. Drop the --config_overrides that change the "
+        r"sizes of the model's body \(n itself can change: --config_overrides max_position_embeddings=N keeps the "
+        r"learned spatial weights\): --ignore_mismatched_sizes is for a new head only, and would start the body's "
+        r"learned weights afresh\.$"
+    )
+    with pytest.raises(ScriptError, match=message) as raised:
+        run_glue.run(arguments)
+    assert "spatial_proj" not in str(raised.value)  # n = 16 in place of the checkpoint's 32 loads: it is no mismatch
+
+
+def test_an_image_checkpoint_of_another_image_size_is_named_as_its_body(tmp_path):
+    """An image model's n is its number of patches, which its image size sets: a checkpoint of another size differs
+    in its spatial weights, part of the body (there is no n to change, and no new head to advise)."""
+    sizes = {"patch_size": 4, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_labels": 2}
+    GMLPForImageClassification(GMLPVisionConfig(image_size=8, **sizes)).save_pretrained(tmp_path / "small")
+    config = GMLPVisionConfig(image_size=16, **sizes)
+    advice = loading.mismatch_advice(str(tmp_path / "small"), AutoModelForImageClassification, config)
+    assert advice == (
+        "its weights gmlp.encoder.layer.0.sgu.spatial_proj.bias (1, 4) (this run: (1, 16)), "
+        "gmlp.encoder.layer.0.sgu.spatial_proj.weight (1, 4, 4) (this run: (1, 16, 16)) have other shapes than this "
+        "run's model. Drop the --config_overrides that change the sizes of the model's body: --ignore_mismatched_sizes "
+        "is for a new head only, and would start the body's learned weights afresh."
+    )
