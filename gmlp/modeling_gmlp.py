@@ -34,7 +34,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, auto_docstring, is_torchdynamo_compiling, logging
+from transformers.utils import TransformersKwargs, auto_docstring, is_torchdynamo_compiling, is_tracing, logging
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
@@ -76,11 +76,68 @@ def load_sgu_kernel():
     return spatial_gating if is_available() else None
 
 
+def first_out_of_range(values: torch.Tensor, size: int, ignore_index: int | None = None) -> int | None:
+    """The first of `values` outside [0, size) (`ignore_index` aside), or None: the one way the model checks values.
+
+    Values are read only where that is free, on the CPU in eager mode. On an accelerator reading them would force a
+    device sync at every step, and while compiling, exporting or tracing it would break the graph: there this returns
+    None and the lookup's own device-side check stands (the scripts' collator checks every batch on the CPU first)."""
+    if is_tracing(values) or values.device.type != "cpu":
+        return None
+    valid = (values >= 0) & (values < size)
+    if ignore_index is not None:
+        valid |= values == ignore_index
+    if bool(valid.all()):
+        return None
+    return values[~valid][0].item()
+
+
+# For `check_token_ids`: the config field sizing each embedding, what its ids are, the likely cause of one past them.
+TOKEN_ID_KINDS = {
+    "input_ids": (
+        "vocab_size",
+        "token ids",
+        (
+            "the tokenizer is probably larger than the model; use the tokenizer the model was trained with, or resize "
+            "the embeddings (`model.resize_token_embeddings(len(tokenizer))`)"
+        ),
+    ),
+    "token_type_ids": (
+        "type_vocab_size",
+        "token types",
+        (
+            "the tokenizer gives token types the model was not trained with (e.g. a second segment for sentence "
+            "pairs); leave token_type_ids out (`tokenizer(..., return_token_type_ids=False)`) or use the model's own "
+            "tokenizer"
+        ),
+    ),
+}
+NEGATIVE_ID_CAUSE = (
+    "ids are never negative, so this is probably a padding or ignore value (-100 belongs in labels only); pad the "
+    "inputs with the tokenizer (`tokenizer.pad`, or DataCollatorWithPadding)"
+)
+
+
+def check_token_ids(config: GMLPConfig, name: str, ids: torch.Tensor) -> None:
+    """Refuse ids (`name`: input_ids or token_type_ids) that the embeddings have no row for, naming the value, the
+    size and the likely cause; on the CPU in eager mode only (`first_out_of_range`)."""
+    field, counted, cause = TOKEN_ID_KINDS[name]
+    size = getattr(config, field)
+    bad = first_out_of_range(ids, size)
+    if bad is not None:
+        raise ValueError(
+            f"{name} holds {bad}, outside the model's {counted} 0..{size - 1} (config.{field} = {size}): "
+            f"{cause if bad >= 0 else NEGATIVE_ID_CAUSE}."
+        )
+
+
 class GMLPEmbeddings(nn.Module):
-    """Token and token-type embeddings. No position embeddings: the spatial weights learn position."""
+    """Token and token-type embeddings. No position embeddings: the spatial weights learn position. Ids out of range
+    are a clear error on the CPU in eager mode (`check_token_ids`)."""
 
     def __init__(self, config: GMLPConfig):
         super().__init__()
+        self.config = config  # the model's own: `resize_token_embeddings` updates its vocab_size
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
@@ -92,11 +149,14 @@ class GMLPEmbeddings(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if inputs_embeds is None:
+            check_token_ids(self.config, "input_ids", input_ids)
             inputs_embeds = self.word_embeddings(input_ids)
         if token_type_ids is not None and token_type_ids.shape != inputs_embeds.shape[:2]:
             raise ValueError(
                 f"`token_type_ids` has shape {tuple(token_type_ids.shape)} but must have the inputs' shape {tuple(inputs_embeds.shape[:2])}."
             )
+        if token_type_ids is not None:
+            check_token_ids(self.config, "token_type_ids", token_type_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
         return self.dropout(inputs_embeds + self.token_type_embeddings(token_type_ids))
@@ -936,17 +996,17 @@ class GMLPPreTrainedModel(PreTrainedModel):
     accepts_loss_kwargs = False
 
     def classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Transformers' sequence-classification loss (regression for one label, cross-entropy for class ids, BCE for
-        multi-hot labels), after a clear error for class ids out of range."""
-        regression = self.config.problem_type == "regression" or (
-            self.config.problem_type is None and self.config.num_labels == 1
-        )
-        if regression:
-            labels = labels.to(logits.dtype)  # regression targets given as integers
-        elif labels.dtype in (torch.long, torch.int):
-            check_labels(labels, self.config.num_labels)
-            return unless_all_ignored(self.loss_function(labels, logits, self.config), labels != -100)
-        return self.loss_function(labels, logits, self.config)
+        """Transformers' sequence-classification loss (MSE for regression, cross-entropy for class ids, BCE for
+        multi-hot labels) for the problem type the labels fit (`problem_type_of`). The config takes that problem type
+        where it names none, as Transformers' loss does, but only once the labels fit it: a saved multi-label model's
+        pipeline then applies a sigmoid per label. Class ids out of range are a clear error first."""
+        problem_type = problem_type_of(self.config, logits, labels)
+        if self.config.problem_type is None:
+            self.config.problem_type = problem_type
+        if problem_type != "single_label_classification":
+            return self.loss_function(labels.to(logits.dtype), logits, self.config)  # also targets given as integers
+        check_labels(labels, self.config.num_labels)
+        return unless_all_ignored(self.loss_function(labels, logits, self.config), labels != -100)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, saved as the model's own class also under FSDP2: `fully_shard` makes the
@@ -1067,15 +1127,16 @@ class GMLPModel(GMLPPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | BaseModelOutputWithPast:
         r"""
-        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; sequence_length (plus
-            the cached tokens) must not exceed `config.max_position_embeddings` (the spatial size n).
+        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids, in [0, vocab_size);
+            sequence_length (plus the cached tokens) must not exceed `config.max_position_embeddings` (the spatial
+            size n).
         attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 for real tokens,
             0 for padding (with a cache: `(batch_size, cached + sequence_length)`). Padding is zeroed before every
             spatial projection and masked in the tiny attention, and positions start at each row's first real token,
             so right- and left-padded sequences give the same outputs at their real positions as unpadded ones
             (padding belongs at the ends of a row).
         token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): BERT's token types
-            (which sentence of a pair each token belongs to).
+            (which sentence of a pair each token belongs to), in [0, type_vocab_size).
         position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): the position of each
             token (which row of W and entry of b it uses); by default its index, less the row's leading padding.
             Without a cache they may pack several sequences in a row (padding-free batching: each sequence restarts
@@ -1164,16 +1225,76 @@ def unless_all_ignored(loss: torch.Tensor, counted: torch.Tensor) -> torch.Tenso
     return torch.where(counted.any(), loss, torch.zeros_like(loss))
 
 
-def check_labels(labels: torch.Tensor, num_classes: int) -> None:
-    """Raise a clear error for class labels outside [0, num_classes) (-100, the ignore index, is allowed).
+def labels_fit(problem_type: str, labels: torch.Tensor, logits: torch.Tensor) -> bool:
+    """Whether a classifier's `labels` have the shape and dtype that `problem_type` takes (`label_form`)."""
+    per_example = labels.shape == logits.shape[:1]
+    if problem_type == "single_label_classification":
+        return per_example and not labels.is_floating_point()
+    return labels.shape == logits.shape or (problem_type == "regression" and logits.shape[1] == 1 and per_example)
 
-    The check reads tensor values: on the CPU that is free, but on an accelerator it would force a device sync at every
-    step, and under torch.compile it would split the graph; there the loss's own device-side check stands instead."""
-    if is_torchdynamo_compiling() or labels.device.type != "cpu":
-        return
-    valid = (labels == -100) | ((labels >= 0) & (labels < num_classes))
-    if not bool(valid.all()):
-        bad = labels[~valid][0].item()
+
+def label_form(problem_type: str, logits: torch.Tensor) -> str:
+    """What `problem_type` takes as labels, in words, for logits of this shape."""
+    batch, num_labels = logits.shape
+    if problem_type == "single_label_classification":
+        return f"integer class ids of shape {(batch,)}"
+    if problem_type == "multi_label_classification":
+        return f"multi-hot float targets of shape {(batch, num_labels)}"
+    return f"targets of shape {(batch, num_labels)}" + (f" or {(batch,)}" if num_labels == 1 else "")
+
+
+def problem_type_of(config: GMLPConfig, logits: torch.Tensor, labels: torch.Tensor) -> str:
+    """The problem type of a classifier's `labels`: `config.problem_type` where it is set, else as Transformers decides
+    it (one label: regression; integer class ids: single-label; float labels, one per class: multi-label). Labels that
+    do not fit it are a clear error naming their shape and dtype (shapes are static: this runs on every device)."""
+    if config.problem_type is not None:
+        problem_type = config.problem_type
+    elif logits.shape[1] == 1:
+        problem_type = "regression"
+    elif labels.is_floating_point():
+        problem_type = "multi_label_classification"
+    else:
+        problem_type = "single_label_classification"
+    if labels_fit(problem_type, labels, logits):
+        return problem_type
+    given = (
+        f"labels of shape {tuple(labels.shape)} and dtype {str(labels.dtype).removeprefix('torch.')} (logits of "
+        f"shape {tuple(logits.shape)})"
+    )
+    if config.problem_type is not None:
+        raise ValueError(
+            f"config.problem_type is {problem_type!r}, which takes {label_form(problem_type, logits)}, but got "
+            f"{given}: give labels of that form, or use a model whose problem_type is the one these labels pose."
+        )
+    if problem_type == "regression":
+        raise ValueError(
+            f"A model with num_labels=1 is a regressor, which takes {label_form(problem_type, logits)}, but got "
+            f"{given}: give one target per example, or a model whose num_labels is the number of classes."
+        )
+    raise ValueError(
+        f"The {given} fit no problem type of this {logits.shape[1]}-label classifier: single-label classification "
+        f"takes {label_form('single_label_classification', logits)} (`labels.long()` if these are class ids), "
+        f"multi-label classification {label_form('multi_label_classification', logits)}, and regression a model "
+        f"with num_labels=1."
+    )
+
+
+# What each token of the inputs takes as label, for `check_label_shape`.
+TOKEN_LABELS = "one label per input token, -100 where no loss is wanted"
+
+
+def check_label_shape(name: str, labels: torch.Tensor, expected: tuple, inputs: tuple, rule: str) -> None:
+    """Refuse labels whose shape is not `expected`, naming it, the inputs' shape and what the labels hold (`rule`).
+    Shapes are static: no device sync and no graph break, so this runs on every device and while compiling."""
+    if tuple(labels.shape) != tuple(expected):
+        raise ValueError(f"{name} have shape {tuple(labels.shape)} but the inputs {tuple(inputs)}: {rule}.")
+
+
+def check_labels(labels: torch.Tensor, num_classes: int) -> None:
+    """Raise a clear error for class labels outside [0, num_classes) (-100, the ignore index, is allowed); on the CPU
+    in eager mode only (`first_out_of_range`)."""
+    bad = first_out_of_range(labels, num_classes, ignore_index=-100)
+    if bad is not None:
         raise ValueError(
             f"labels must be in [0, {num_classes - 1}] (or -100 to ignore a position), got {bad}. Check that the "
             f"labels are mapped to ids and that the model has the right `num_labels`/`vocab_size`."
@@ -1237,6 +1358,8 @@ class GMLPForMaskedLM(GMLPPreTrainedModel):
         )
         sequence_output = outputs.last_hidden_state
         if labels is not None:
+            inputs = sequence_output.shape[:2]
+            check_label_shape("labels", labels, inputs, inputs, TOKEN_LABELS)
             check_labels(labels, self.config.vocab_size)
             if self.training and sparse_prediction:
                 labelled = labels != -100
@@ -1349,6 +1472,8 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
         logits = self.lm_head(hidden_states[:, logit_positions])
         loss = None
         if labels is not None:
+            inputs = hidden_states.shape[:2]
+            check_label_shape("labels", labels, inputs, inputs, TOKEN_LABELS)
             check_labels(labels, self.config.vocab_size)
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
             targets = kwargs.get("shift_labels", labels[..., 1:])  # the loss predicts token t + 1 from t
@@ -1439,7 +1564,8 @@ class GMLPForMultipleChoice(GMLPPreTrainedModel):
         input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`): one sequence per choice.
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): index of the right choice.
         """
-        num_choices = input_ids.shape[1] if input_ids is not None else inputs_embeds.shape[1]
+        inputs = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+        num_choices = inputs[1]
 
         def flatten_choices(tensor):
             return None if tensor is None else tensor.flatten(0, 1)
@@ -1471,6 +1597,7 @@ class GMLPForMultipleChoice(GMLPPreTrainedModel):
         logits = logits.view(-1, num_choices)
         loss = None
         if labels is not None:
+            check_label_shape("labels", labels, inputs[:1], inputs, "one choice index per row")
             check_labels(labels, num_choices)
             loss = unless_all_ignored(CrossEntropyLoss()(logits, labels), labels != -100)
         return MultipleChoiceModelOutput(
@@ -1518,6 +1645,8 @@ class GMLPForTokenClassification(GMLPPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:
+            inputs = logits.shape[:2]
+            check_label_shape("labels", labels, inputs, inputs, TOKEN_LABELS)
             check_labels(labels, self.config.num_labels)
             loss = unless_all_ignored(self.loss_function(logits, labels, self.config, **kwargs), labels != -100)
         return TokenClassifierOutput(
@@ -1575,6 +1704,10 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
         loss = None
         if start_positions is not None and end_positions is not None:
+            for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
+                check_label_shape(
+                    name, positions, start_logits.shape[:1], start_logits.shape, "one token index per row"
+                )
             loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
             # Transformers' loss ignores positions at or past the row's end (and counts negative ones as 0).
             length = start_logits.shape[1]
