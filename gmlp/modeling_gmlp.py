@@ -1705,6 +1705,8 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
         loss = None
         if start_positions is not None and end_positions is not None:
             for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
+                # (batch, 1) as well, which Transformers' loss squeezes
+                positions = positions.squeeze(-1) if positions.ndim == 2 else positions
                 check_label_shape(
                     name, positions, start_logits.shape[:1], start_logits.shape, "one token index per row"
                 )

@@ -198,8 +198,13 @@ def test_labels_of_another_shape_than_the_inputs_are_named_as_shapes(tiny_config
     with pytest.raises(ValueError, match=re.escape("labels have shape (2, 3) but the inputs (2, 3, 10): one choice ")):
         GMLPForMultipleChoice(tiny_config())(ids[:, None].expand(2, 3, 10), labels=torch.zeros(2, 3, dtype=torch.long))
     qa = GMLPForQuestionAnswering(tiny_config())
-    one, two = torch.tensor([1, 2]), torch.tensor([[1], [2]])
-    with pytest.raises(ValueError, match=re.escape("end_positions have shape (2, 1) but the inputs (2, 10): one ")):
+    one, two = torch.tensor([1, 2]), torch.tensor([[1, 2], [2, 3]])
+    with pytest.raises(ValueError, match=re.escape("end_positions have shape (2, 2) but the inputs (2, 10): one ")):
         qa(ids, start_positions=one, end_positions=two)
+    with torch.no_grad():  # (batch, 1), as Transformers' loss takes them too
+        assert_close(
+            qa(ids, start_positions=one, end_positions=one[:, None]).loss,
+            qa(ids, start_positions=one, end_positions=one).loss,
+        )
     with pytest.raises(ValueError, match=re.escape("start_positions have shape (3,) but the inputs (2, 10): one ")):
         qa(ids, start_positions=torch.tensor([1, 2, 3]), end_positions=one)
