@@ -351,10 +351,14 @@ def run(argv: list[str]) -> None:
     """Train a tokenizer on the command line's arguments `argv` and save it to `--output_dir`."""
     args = parse_args(argv)
     length = model_max_length(args.config_name, args.model_max_length)
-    options = {"vocab_size": args.vocab_size, "model_type": args.model_type, "lowercase": not args.cased}
     try:
         tokenizer = train_tokenizer(
-            args.train_files, min_frequency=args.min_frequency, model_max_length=length, **options
+            args.train_files,
+            vocab_size=args.vocab_size,
+            model_type=args.model_type,
+            lowercase=not args.cased,
+            min_frequency=args.min_frequency,
+            model_max_length=length,
         )
     except ValueError as error:  # the text: empty, blank or not UTF-8
         raise ScriptError(str(error)) from None
