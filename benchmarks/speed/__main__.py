@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from gmlp.tasks.errors import ArgumentParser, Range, ScriptError, check_ranges, script_main
+
 from ..common import KEEP_FREED_MEMORY, RESULTS_DIR, ROOT, machine_info, matmul_peak_flops, set_malloc_thresholds
 from . import generation, gpu, memory, padding_free, scaling, training
 from .models import FLOP_FORMULAS
@@ -34,11 +36,16 @@ SECTIONS = {
     "gpu": (gpu.measure, gpu.render),
 }
 DOCS = (ROOT / "docs" / "benchmarks.md",)
+# The range of each numeric option.
+RANGES = {"--threads": Range(at_least=1), "--rounds": Range(at_least=1), "--min-run-time": Range(at_least=0)}
+RANGES |= dict.fromkeys(["--lengths", "--scaling-tokens", "--scaling-layers", "--new-tokens"], Range(at_least=1))
+RANGES |= {"--memory-lengths": Range(at_least=1), "--deadline-at": Range()}
 MARKED = re.compile(r"^(<!-- table (\S+) (\w+)\.([^\n]+) -->\n).*?^(<!-- end table -->)", re.DOTALL | re.MULTILINE)
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line's options, checked: numbers in range, sections that exist, a device there is, the data."""
+    parser = ArgumentParser(
         prog="python -m benchmarks.speed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add = parser.add_argument
@@ -63,8 +70,13 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.min_run_time, args.scaling_layers = 3, 0.0, 2
+    check_ranges(args, RANGES)
     if unknown := set(args.sections.split(",")) - set(SECTIONS):
         parser.error(f"unknown sections {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}")
+    if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
+        raise ScriptError(f"--device {args.device}: not a device here; cpu, or cuda where torch finds a GPU.")
+    if "padding_free" in args.sections.split(",") and not args.docs and not args.data.is_dir():
+        raise ScriptError(f"--data {args.data}: no such folder (the padding_free section reads its GLUE files).")
     return args
 
 
@@ -101,7 +113,8 @@ def write(results: dict, output: Path) -> None:
     output.write_text(json.dumps(results, indent=1, default=str))
 
 
-def main(argv=None) -> None:
+def run(argv) -> None:
+    """The benchmarks the command line's arguments `argv` ask for, or (`--docs`) the tables from the results."""
     args = parse_args(argv)
     if args.docs:
         for saved in RESULTS_DIR.glob("speed_*.json"):
@@ -127,6 +140,8 @@ def main(argv=None) -> None:
     args.output.with_suffix(".md").write_text(text)
     print(text)
 
+
+main = script_main(run)
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,5 @@
-"""Loading what a run starts from, with clear errors: the config, the tokenizer, the model and the sequence length."""
+"""Loading what a run starts from, with clear errors: the files and folders named checked first, then the config, the
+tokenizer, the model and the sequence length."""
 
 import contextlib
 import copy
@@ -9,8 +10,10 @@ import os
 from pathlib import Path
 
 import torch
+from huggingface_hub import snapshot_download
 from huggingface_hub.constants import is_offline_mode
-from huggingface_hub.errors import StrictDataclassError
+from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, StrictDataclassError
+from huggingface_hub.utils import validate_repo_id
 from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer
 
@@ -19,6 +22,75 @@ from .checkpoints import weights_problem
 from .errors import ScriptError
 
 logger = logging.getLogger(__name__)
+
+# The options that name a file or a folder here, and which of the two.
+LOCAL_OPTIONS = {"train_file": "file", "validation_file": "file", "test_file": "file", "glue_dir": "folder"}
+LOCAL_OPTIONS |= {"train_dir": "folder", "validation_dir": "folder", "test_dir": "folder"}
+LOCAL_OPTIONS |= {"resume_from_checkpoint": "folder"}
+# The options that name a folder here or a Hub id (a model's, or a dataset's).
+HUB_OPTIONS = ("model_name_or_path", "config_name", "tokenizer_name", "dataset_name")
+
+
+def check_named_paths(model_args, *arguments, presets: dict = PRESETS) -> None:
+    """Every file and folder that `model_args` and the other parsed `arguments` name, checked before anything looks on
+    the Hub: one error naming all that are not here.
+
+    A name that may be a Hub id (`HUB_OPTIONS`, not a preset) is a local path when it is a folder here or cannot be a
+    Hub id (`local_only`); else, offline, a model's must be in the Hub cache. Online, it is left to the Hub: only the
+    Hub can tell a Hub id from a folder missing here (Transformers takes every name that is no folder for a Hub id).
+    A dataset's Hub id is left to `datasets`, which has a cache of its own."""
+    missing, hub_ids, hints = [], [], []
+    for args in (model_args, *arguments):
+        for name, kind in LOCAL_OPTIONS.items():
+            path = getattr(args, name, None)
+            if path is not None and not (os.path.isfile if kind == "file" else os.path.isdir)(path):
+                missing.append(f"--{name} {path}: no such {kind}")
+        for name in HUB_OPTIONS:
+            value = getattr(args, name, None)
+            if value is None or value in presets or os.path.exists(value):
+                continue
+            if local_only(value):
+                missing.append(f"--{name} {value}: no such folder")
+            elif name == "dataset_name":  # left to `datasets`: its own cache, and its builders' names (imagefolder)
+                continue
+            elif not is_offline_mode():
+                hub_ids.append(f"--{name} {value}")
+            elif not in_hub_cache(value, model_args):
+                missing.append(
+                    f"--{name} {value}: not a folder here, and as a Hub id it needs the Hub, but this run is offline (HF_HUB_OFFLINE) and the Hub cache does not hold it"
+                )
+                hints += [preset_hint(value, presets)] if name == "config_name" else []
+    if missing:
+        if hub_ids:
+            hints.append(f" ({', '.join(hub_ids)}: not a folder here either, so taken for a Hub id.)")
+        raise ScriptError(f"{'; '.join(missing)}.{''.join(hints)}")
+
+
+def local_only(name: str) -> bool:
+    """Whether `name` can only be a path here: it is no Hub id by huggingface_hub's rule (absolute, `./` or `../`,
+    more than one `/`, characters a Hub id has not, ...), or it is `FOLDER/NAME` with FOLDER a folder here."""
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return True
+    return "/" in name and os.path.isdir(name.split("/")[0])
+
+
+def in_hub_cache(repo_id: str, model_args) -> bool:
+    """Whether the Hub cache holds the model `repo_id` at `--model_revision` (looked up on this machine only)."""
+    try:
+        snapshot_download(
+            repo_id, revision=model_args.model_revision, cache_dir=model_args.cache_dir, local_files_only=True
+        )
+    except LocalEntryNotFoundError:
+        return False
+    return True
+
+
+def preset_hint(name: str, presets) -> str:
+    """The preset nearest to the misspelt `name`, and the presets, for a message."""
+    near = difflib.get_close_matches(name, presets, n=1, cutoff=0.6)
+    return (f" Did you mean the preset {near[0]!r}?" if near else "") + f" Presets: {', '.join(presets)}."
 
 
 def from_name(load, name: str, option: str, presets=(), **kwargs):
@@ -30,12 +102,10 @@ def from_name(load, name: str, option: str, presets=(), **kwargs):
             raise
         offline = is_offline_mode() or "connect" in str(error)
         hub = "could not be reached to look it up" if offline else "has no such model"
-        near = difflib.get_close_matches(name, presets, n=1, cutoff=0.6)
-        preset = f" Did you mean the preset {near[0]!r}?" if near else ""
-        listed = f" Presets: {', '.join(presets)}." if presets else ""
+        hint = preset_hint(name, presets) if presets else ""
         what = "neither a preset nor" if presets else "not"
         raise ScriptError(
-            f"{option} {name!r} is {what} a directory, and the Hub {hub} ({str(error).splitlines()[0]}).{preset}{listed}"
+            f"{option} {name!r} is {what} a directory, and the Hub {hub} ({str(error).splitlines()[0]}).{hint}"
         ) from None
 
 
@@ -150,8 +220,8 @@ def mismatched_weights(folder: str, auto_class, config) -> tuple[list[str], list
 
 def check_max_seq_length(max_seq_length: int | None, config, tokenizer, model_args) -> int:
     """`max_seq_length` (default: the model's n, or the tokenizer's `model_max_length` if smaller unless
-    `--config_overrides` sets n), at most n; it becomes the tokenizer's `model_max_length`, so that the saved
-    tokenizer says the length the model trained at."""
+    `--config_overrides` sets n), at most n and more than the tokenizer's special tokens; it becomes the tokenizer's
+    `model_max_length`, so that the saved tokenizer says the length the model trained at."""
     n = config.max_position_embeddings
     if max_seq_length is None:
         max_seq_length = (
@@ -164,6 +234,10 @@ def check_max_seq_length(max_seq_length: int | None, config, tokenizer, model_ar
     elif max_seq_length > n:
         raise ScriptError(
             f"--max_seq_length {max_seq_length} is larger than the model's spatial size n = max_position_embeddings = {n}: pass at most {n}, or --config_overrides max_position_embeddings={max_seq_length} (a checkpoint keeps its learned spatial weights; the new positions start untrained)."
+        )
+    elif max_seq_length <= (special := tokenizer.num_special_tokens_to_add()):
+        raise ScriptError(
+            f"--max_seq_length {max_seq_length} leaves no room for text: the tokenizer adds {special} special tokens to every sequence. Pass at least {special + 1}."
         )
     tokenizer.model_max_length = max_seq_length
     return max_seq_length

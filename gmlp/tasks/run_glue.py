@@ -62,6 +62,7 @@ def run(argv: list[str]) -> dict:
     """The script on the arguments `argv`: the metrics of its evaluation."""
     model_args, data_args, training_args = setup.start(DataTrainingArguments, argv)
     checks.check_arguments(training_args, loads=[model_args.model_name_or_path, model_args.tokenizer_name])
+    loading.check_named_paths(model_args, data_args, training_args)
     setup.prepare_run(training_args, data_args)
     config = loading.load_config(model_args)
     if data_args.padding_free and config.model_type != "gmlp":

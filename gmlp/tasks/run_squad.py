@@ -39,6 +39,7 @@ def run(argv: list[str]) -> dict:
     model_args, data_args, training_args = setup.start(DataTrainingArguments, argv)
     checks.check_arguments(training_args, loads=[model_args.model_name_or_path, model_args.tokenizer_name])
     checks.check_no_evaluation_during_training(training_args, script="run_squad.py")
+    loading.check_named_paths(model_args, data_args, training_args)
     setup.prepare_run(training_args, data_args)
     config = loading.load_config(model_args)
     tokenizer = loading.load_tokenizer(model_args)
