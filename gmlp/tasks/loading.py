@@ -219,14 +219,14 @@ def mismatched_weights(folder: str, auto_class, config) -> tuple[list[str], list
 
 
 def check_max_seq_length(max_seq_length: int | None, config, tokenizer, model_args) -> int:
-    """`max_seq_length` (default: the model's n, or the tokenizer's `model_max_length` if smaller unless
-    `--config_overrides` sets n), at most n and more than the tokenizer's special tokens; it becomes the tokenizer's
-    `model_max_length`, so that the saved tokenizer says the length the model trained at."""
+    """`max_seq_length` (default: the model's n, or the tokenizer's `model_max_length` if smaller, unless
+    `--config_overrides` gives a checkpoint another n, which its saved tokenizer's length predates), at most n and more
+    than the tokenizer's special tokens; it becomes the tokenizer's `model_max_length`, so that the saved tokenizer
+    says the length the model trained at."""
     n = config.max_position_embeddings
     if max_seq_length is None:
-        max_seq_length = (
-            n if "max_position_embeddings" in overridden(model_args) else min(n, tokenizer.model_max_length)
-        )
+        resized = model_args.model_name_or_path is not None and "max_position_embeddings" in overridden(model_args)
+        max_seq_length = n if resized else min(n, tokenizer.model_max_length)
         if max_seq_length < n:
             logger.warning(
                 f"--max_seq_length {max_seq_length}, the tokenizer's model_max_length (the model's n is {n}); pass --max_seq_length {n} to use all of n."
