@@ -10,7 +10,7 @@ from transformers import BertForMaskedLM
 
 from benchmarks import common
 from benchmarks.speed import __main__ as cli
-from benchmarks.speed import models, scaling
+from benchmarks.speed import models
 from benchmarks.speed.memory import measure_in_fresh_process
 
 TINY = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 512, "vocab_size": 1000}
@@ -20,8 +20,6 @@ SECTIONS = {
     "generation": ["--new-tokens", "4"],
     "memory": ["--memory-lengths", "64"],
     "scaling": ["--lengths", "32", "64", "--scaling-tokens", "128", "--scaling-layers", "1"],
-    # torch.compile is the precision section's to test: compiling costs minutes on two cores.
-    "gpu": ["--quick", "--gpu-parts", "inference-bf16-eager,fft-crossover"],
 }
 
 
@@ -69,16 +67,6 @@ def test_bert_of_equal_parameter_count():
     config = common.bert_config(like, target)
     per_width = 2 * like["num_hidden_layers"] * (like["hidden_size"] + 1)
     assert abs(BertForMaskedLM(config).num_parameters() - target) <= per_width
-
-
-def test_the_crossover_is_where_the_fft_stays_faster():
-    def lengths(*ratios):
-        return {"lengths": {str(128 * 2**i): {"fft_vs_direct_spatial": r} for i, r in enumerate(ratios)}}
-
-    assert scaling.crossover(lengths(0.5, 0.9, 1.1, 1.8)) == 512
-    assert scaling.crossover(lengths(1.2, 0.9, 1.1, 1.8)) == 512  # faster at 128 by noise, slower again at 256
-    assert scaling.crossover(lengths(1.0, 1.2)) == 128
-    assert scaling.crossover(lengths(0.5, 0.9)) is None
 
 
 def test_a_failed_memory_measurement_raises():
