@@ -1,13 +1,12 @@
-"""The GPU run: what this project measures and checks on an offline GPU machine, in two calls of the `run` tool
-(docs/testing.md#the-gpu-run), each with carry [".whl"] (benchmarks/gpu_wheels.txt) and timeout_s 600:
+"""The GPU run: one call of the `run` tool on an offline GPU machine (docs/testing.md#the-gpu-run), carrying .whl/
+(benchmarks/gpu_wheels.txt, downloaded with DOWNLOAD), which the command installs first:
 
-    python3 benchmarks/gpu_run.py --call 1 --budget 570   # the question: ceilings, unit, step, long, profile, bandwidth
-    python3 benchmarks/gpu_run.py --call 2 --budget 570   # then: the full tables, the kernels' tests on the device
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl;
+    PYTHONPATH=/tmp/site python3 benchmarks/gpu_run.py
 
-Each stage (CALLS) a subprocess under `timeout -s INT`, writing its JSON under `--out` ($OUT) as it goes; a failing
-stage is recorded and the run goes on. Fixed batches, no search. The Triton unit is timed after the unit stage found
-its values and gradients right (else the later stages measure PyTorch's alone); give call 2 `--kernels torch` if call
-1 found it wrong. Rehearsed with `--device cpu` (tiny sizes). Standard library only: it runs before the wheels install.
+Its STAGES, in the order of the answers' value, each a subprocess under `timeout -s INT` with its share and what the
+stages before it left, each writing its JSON under `--out` ($OUT) as it measures. A failing stage is recorded and the
+run goes on; a failing preflight stops it at once (exit 1, the reason on stderr). `--device cpu`: the rehearsal.
 """
 
 import argparse
@@ -15,35 +14,33 @@ import datetime
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parent.parent
-WHEELS = ROOT / ".whl"  # benchmarks/gpu_wheels.txt, downloaded as its first lines say
-SITE = Path("/tmp/gpu_run/site")  # where the wheels install (kept on a warm machine)
-KERNEL_TESTS = ("test_paths_property.py", "test_sgu_kernels.py")  # found by name under tests/
-TEST_TIMEOUT = 60  # seconds for one test (pytest-timeout, where installed)
-# Seconds per stage of each call, in order: H200 records of 2026-11-28 (benchmarks/results/gpu_run_2026-11-28*.json,
-# speed_gpu_2026-11-28*.json), each stage's process start (~10 s) included. Preflight: the wheels installed and the
-# versions imported (the old preflight took 28-38 s with a compiled step now gone). ceilings: a 1 GiB copy and an 8192^3
-# product. unit: three units compiled (~10 s each), timed, profiled. step: three gMLP-base models compiled (11 s, 4 s
-# and ~11 s first calls), paired over 3 rounds of 1 s. long: 3 models at 8,192 and 16,384 tokens, eager, training and
-# inference. profile: four steps compiled again (inductor's cache warm). bandwidth: the unit compiled with inductor's
-# caches off. tables: benchmarks/speed/gpu.py's PARTS in priority order until their deadline. kernel_tests: the
-# kernels' file took 80 s on the H200 (and the model's property test did not finish in what was left).
-CALLS = {
-    1: {"preflight": 25, "ceilings": 15, "unit": 90, "step": 150, "long": 120, "profile": 60, "bandwidth": 80},
-    2: {"preflight": 25, "tables": 385, "kernel_tests": 160},
-}
-MEASURING, STAGE_MODULE = ("ceilings", "unit", "step", "long", "profile", "bandwidth"), "benchmarks.speed.gpu_stages"
-GRACE = 15  # seconds between the SIGINT of `timeout` and its SIGKILL
-ERROR = re.compile(r"\b\w*(Error|Exception): \S")
+WHEEL_LIST = ROOT / "benchmarks" / "gpu_wheels.txt"
+# The wheels for the GPU machines' image (x86-64 Linux, CPython 3.12), where PyPI is reachable, into .whl/.
+DOWNLOAD = (
+    "python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform "
+    "manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl -r benchmarks/gpu_wheels.txt"
+)
+# Seconds per stage, in order, from the H200's records of 2026-11-28 (results/gpu_run_2026-11-28*.json,
+# speed_gpu_2026-11-28*.json), each process's start included: the kernels' tests took 80 s; the unit compiles five
+# graphs (about 10 s each); the step four models (3-11 s first calls), timed paired like the six of its training and
+# inference tables (62 s and 16 s); long inputs are eager. The paths' test gets only what the others leave.
+STAGES = {"preflight": 30, "kernel_tests": 110, "unit": 100, "step": 170, "long": 130, "paths_tests": 0}
+# The tests run on the device (the property test is one test of some 50 cases: no time limit per test).
+TESTS = {"kernel_tests": ["tests/model/test_sgu_kernels.py"], "paths_tests": ["tests/model/test_paths_property.py"]}
+STAGE_MODULE = "benchmarks.speed.gpu_stages"
+GRACE = 5  # seconds between a stage's SIGINT and its SIGKILL, both within its time
 OUTCOMES = {0: "ok", 124: "timed out (SIGINT)", 137: "timed out (killed)"}  # timeout's exit codes
+ERROR = re.compile(r"\b\w*(Error|Exception): \S")
+# AUTO_SGU_KERNEL's modes (training, compiled) -> the record of gMLP with each unit there: (stage, section, mode).
+AUTO_RECORDS = {(True, True): ("step", "training", "compiled"), (False, True): ("step", "inference", "compiled")}
+AUTO_RECORDS |= {(True, False): ("unit", "training", "eager"), (False, False): ("unit", "inference", "eager")}
 
 
 class Run:
@@ -52,8 +49,9 @@ class Run:
     def __init__(self, out: Path, budgets: dict[str, float]):
         self.out, self.budgets = out, budgets
         self.end = time.monotonic() + sum(budgets.values())
-        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        self.record = {"started": started, "budget_seconds": sum(budgets.values()), "stages": {}}
+        started = datetime.datetime.now(datetime.timezone.utc)
+        self.record = {"started": started.isoformat(timespec="seconds"), "budget_seconds": sum(budgets.values())}
+        self.record |= {"date": started.date().isoformat(), "stages": {}}
         out.mkdir(parents=True, exist_ok=True)
         self.log = out / "gpu_run.log"
 
@@ -64,26 +62,24 @@ class Run:
     def save(self) -> None:
         (self.out / "gpu_run.json").write_text(json.dumps(self.record, indent=1))
 
-    def run(self, stage: str, argv: list[str], env: dict | None, seconds: float | None = None) -> dict:
-        """`argv` as a subprocess into the log, stopped by SIGINT when its time is up (at most what the run leaves the
-        stage) and killed GRACE seconds later; the outcome recorded under the stage's name."""
-        seconds = min(seconds or float("inf"), self.seconds_for(stage))
-        entry = {"command": argv, "seconds_allowed": round(seconds)}
-        self.record["stages"].setdefault(stage, {"runs": []})["runs"].append(entry)
-        if seconds < 5:
+    def run(self, stage: str, argv: list[str], env: dict | None) -> dict:
+        """`argv` as a subprocess into the log, sent SIGINT GRACE seconds before the time the run leaves the stage and
+        killed at it; the outcome recorded under the stage's name."""
+        seconds = self.seconds_for(stage)
+        entry = self.record["stages"][stage] = {"command": argv, "seconds_allowed": round(seconds)}
+        if seconds < 2 * GRACE:
             entry["outcome"] = "not run: no time left"
             self.save()
             return entry
         start = time.monotonic()
         with self.log.open("a") as log:
-            shown = ("<script>" if "\n" in arg else arg for arg in argv)  # a `-c` script is in the record
-            log.write(f"\n==== {stage}: $ {' '.join(shown)}\n")
+            log.write(f"\n==== {stage}: $ {' '.join(argv)}\n")
             log.flush()
             offset = log.tell()
-            command = ["timeout", "-s", "INT", "-k", str(GRACE), str(int(seconds)), *argv]
+            command = ["timeout", "-s", "INT", "-k", str(GRACE), f"{seconds - GRACE:.0f}", *argv]
             options = {"cwd": ROOT, "env": env, "stdout": log, "stderr": subprocess.STDOUT}
             try:
-                code = subprocess.run(command, check=False, timeout=seconds + 2 * GRACE, **options).returncode
+                code = subprocess.run(command, check=False, timeout=seconds + GRACE, **options).returncode
             except (OSError, subprocess.TimeoutExpired) as error:
                 code, entry["error"] = None, f"{type(error).__name__}: {error}"
         entry |= {"seconds": round(time.monotonic() - start, 1), "returncode": code}
@@ -91,199 +87,142 @@ class Run:
         if code != 0:
             lines = self.log.read_bytes()[offset:].decode(errors="replace").splitlines()
             entry["log_tail"] = lines[-25:]
-            # The exception itself, which a launcher's report (torchrun's) can push out of the tail.
             entry["last_error"] = next((line for line in reversed(lines) if ERROR.search(line)), None)
         self.save()
         return entry
 
 
+def pins() -> list[str]:
+    """The wheel list's NAME==VERSION lines."""
+    return [line.strip() for line in WHEEL_LIST.read_text().splitlines() if line.strip() and line[0] != "#"]
+
+
+def missing_wheels(pinned: list[str], folder: Path) -> list[str]:
+    """The pins without a wheel in `folder` (a wheel's file name starts NAME-VERSION-, the name's runs of -_. as _)."""
+    have = {"==".join(path.name.lower().split("-")[:2]) for path in folder.glob("*.whl")}
+    return [pin for pin in pinned if re.sub(r"[-_.]+(?=.*==)", "_", pin.lower()) not in have]
+
+
+def json_file(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def junit_summary(path: Path) -> dict:
-    """pytest's counts and its failed tests from its JUnit XML report (written on SIGINT too)."""
+    """pytest's counts from its JUnit XML report (written when interrupted too; the failures are in it and the log)."""
     try:
         root = ElementTree.parse(path).getroot()
     except (OSError, ElementTree.ParseError) as error:
         return {"report": f"none ({type(error).__name__})"}
     suite = root if root.tag == "testsuite" else root.find("testsuite")
-    counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
-    failed = [
-        f"{case.get('classname')}::{case.get('name')}: {(problem.get('message') or '')[:300]}"
-        for case in suite.iter("testcase")
-        for problem in (case.find("failure"), case.find("error"))
-        if problem is not None
-    ]
-    return counts | {"failed": failed[:50]}
+    return {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
 
 
-def json_file(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+def stage_command(args, stage: str, kernels: list[str], *more: str) -> list[str]:
+    argv = [sys.executable, "-m", STAGE_MODULE, stage, "--device", args.device, "--out", str(args.out)]
+    return [*argv, "--kernels", ",".join(kernels), *more]
 
 
-def install_wheels(wheels: Path, site: Path, python: str) -> dict:
-    """The wheels installed into `site` (for PYTHONPATH) with pip, unless it holds them already (a warm machine)."""
-    names = sorted(file.name for file in wheels.glob("*.whl"))
-    marker = site / ".gpu_run_wheels.json"
-    if not names or json_file(marker) == names:
-        return {"wheels": names, "how": f"none in {wheels}" if not names else f"already in {site}"}
-    options = ["--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade", "--target", str(site)]
-    files = [str(wheels / name) for name in names]
-    subprocess.run([python, "-m", "pip", "install", "-q", *options, *files], check=True)
-    marker.write_text(json.dumps(names))
-    return {"wheels": names, "how": f"pip install --target {site}"}
-
-
-# What the preflight imports, from the installed wheels: the versions and the device.
-CHECK = """
-import json, sys
-import accelerate, torch, transformers, triton, pytest
-report = {module.__name__: module.__version__ for module in (accelerate, torch, transformers, triton, pytest)}
-report["python_version"] = sys.version.split()[0]
-device = torch.device(sys.argv[1])
-if device.type == "cuda":
-    report["device"] = torch.cuda.get_device_name(device)
-    report["memory_gib"] = torch.cuda.get_device_properties(device).total_memory / 2**30
-print(json.dumps(report), flush=True)
-"""
-
-
-def preflight(run: Run, args) -> dict:
-    """What the machine has (a C compiler and Python.h, which Triton builds its launcher with; the wheels installed;
-    the versions and the device); returns every stage's environment: the wheels first on the path, offline."""
-    compilers = (os.environ.get("CC"), "cc", "gcc", "clang")
-    compiler = next((path for name in compilers if name and (path := shutil.which(name))), None)
-    header = Path(sysconfig.get_paths()["include"]) / "Python.h"
-    found = {"python": sys.executable, "c_compiler": compiler, "python_h": header.is_file()}
-    if shutil.which("nvidia-smi"):
-        query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
-        found["nvidia_smi"] = subprocess.run(query, check=False, capture_output=True, text=True).stdout.strip()
-    try:
-        found["wheels"] = install_wheels(WHEELS, args.site, sys.executable)
-    except (OSError, subprocess.CalledProcessError) as error:
-        found["wheels"] = {"error": f"{type(error).__name__}: {error}"}
-    run.record["preflight"] = found
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(args.site), os.environ.get("PYTHONPATH")]))}
-    env |= {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env |= {"PYTHONUNBUFFERED": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
-    probe = subprocess.run(
-        [sys.executable, "-c", CHECK, args.device], check=False, env=env, cwd=ROOT, capture_output=True, timeout=120
-    )
-    found |= json.loads(probe.stdout) if probe.returncode == 0 else {"import_error": probe.stderr[-2000:].decode()}
+def preflight(run: Run, args, env: dict) -> str | None:
+    """Why the run cannot go on, or None: a pinned wheel missing from `--wheels`, or the preflight stage failing (its
+    record, preflight.json, moved into the run's)."""
+    pinned = pins()
+    if missing := missing_wheels(pinned, args.wheels):
+        return f"{args.wheels} holds no wheel for {', '.join(missing)}: download them where PyPI is ({DOWNLOAD})"
+    entry = run.run("preflight", stage_command(args, "preflight", args.kernels, "--pins", ",".join(pinned)), env)
+    found = run.record["preflight"] = json_file(args.out / "preflight.json")
+    (args.out / "preflight.json").unlink(missing_ok=True)
     run.save()
-    return env
+    if entry["outcome"] != "ok":
+        return f"the preflight stage {entry['outcome']}: {found.get('errors') or entry.get('last_error')}"
+    return None
 
 
-def kernel_tests(run: Run, args, env: dict) -> None:
-    """The kernels' tests on the device, pytest's counts and failures (and any test file not found) recorded."""
-    found = {name: sorted(ROOT.glob(f"tests/**/{name}")) for name in KERNEL_TESTS}
-    files = [str(path.relative_to(ROOT)) for paths in found.values() for path in paths]
-    report = args.out / "kernel_tests.xml"
-    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", f"--junitxml={report}"]
-    pytest += ["-o", f"timeout={TEST_TIMEOUT}", "--device", args.device, *files]
-    if files:
-        run.run("kernel_tests", pytest, env)
-    missing = [name for name, paths in found.items() if not paths]
-    summary = junit_summary(report) if files else {}
-    stage = run.record["stages"].setdefault("kernel_tests", {"runs": []}) | {"files": files, "missing": missing}
-    run.record["stages"]["kernel_tests"] = stage | summary
-    run.save()
-
-
-def measure(run: Run, args, env: dict, stage: str, kernels: list[str]) -> dict:
-    """One of MEASURING in its own process; its record (STAGE.json under `out`) summarised into the run's."""
-    argv = [sys.executable, "-m", STAGE_MODULE, stage, "--device", args.device]
-    run.run(stage, [*argv, "--out", str(args.out), "--kernels", ",".join(kernels)], env)
-    written = json_file(args.out / f"{stage}.json") or {}
-    run.record["stages"][stage] |= {"errors": written.get("errors"), "file": f"{stage}.json" if written else None}
-    run.save()
+def run_stage(run: Run, args, env: dict, stage: str, kernels: list[str]) -> dict:
+    """`stage` in its own process: TESTS[stage] by pytest on the device, its counts read back from its JUnit report,
+    or a stage of gpu_stages.py, its errors read back from its record (STAGE.json under `out`, returned)."""
+    if stage in TESTS:
+        report = args.out / f"{stage}.xml"
+        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", f"--junitxml={report}"]
+        run.run(stage, [*argv, "--device", args.device, *TESTS[stage]], env)
+        run.record["stages"][stage] |= junit_summary(report)
+        return {}
+    run.run(stage, stage_command(args, stage, kernels), env)
+    run.record["stages"][stage]["errors"] = (written := json_file(args.out / f"{stage}.json")).get("errors")
     return written
 
 
-def checked_kernels(run: Run, kernels: list[str], unit: dict) -> list[str]:
-    """`kernels` less the Triton unit unless the unit stage found its values and gradients right."""
-    if "triton" in kernels and not unit.get("triton_correct"):
-        run.record["triton_left_out"] = unit.get("triton_errors") or (
-            unit.get("errors") or "the unit stage did not run"
-        )
-        return [kernel for kernel in kernels if kernel != "triton"]
-    return kernels
+def speeds(record: dict, section: str, mode: str) -> dict[str, float]:
+    """tokens/s of gMLP with each unit ("torch", "triton") in a stage record's section and mode."""
+    units = {f"gmlp ({unit})": unit for unit in ("torch", "triton")}
+    rows = [row for row in record.get("gpu", {}).get(section) or [] if row["mode"] == mode and row["model"] in units]
+    return {units[row["model"]]: row["tokens_per_second"] for row in rows}
 
 
-def tables(run: Run, args, env: dict, kernels: list[str]) -> None:
-    """The speed benchmark's gpu section (the full tables), ending inside its stage (its deadline, then SIGINT)."""
-    seconds = run.seconds_for("tables")
-    output = args.out / "speed_gpu.json"
-    argv = [sys.executable, "-m", "benchmarks.speed", "--device", args.device, "--sections", "gpu", "--rounds", "3"]
-    argv += ["--min-run-time", "0", "--deadline-at", str(time.time() + seconds - 2 * GRACE), "--output", str(output)]
-    if args.device == "cpu":  # the compiled parts cannot compile the Triton op under its interpreter
-        kernels = [kernel for kernel in kernels if kernel != "triton"]
-        argv += ["--quick", "--threads", "1"]  # one thread: tiny steps on two spend their time in OpenMP's waits
-    argv += ["--gpu-kernels", ",".join(kernels)]
-    if args.parts:
-        argv += ["--gpu-parts", args.parts]
-    run.run("tables", argv, env, seconds=seconds - GRACE)
-    result = (json_file(output) or {}).get("gpu", {})
-    stage = run.record["stages"]["tables"] | {"sgu_kernels": result.get("sgu_kernels")}
-    run.record["stages"]["tables"] = stage | {key: result.get(key) for key in ("part_seconds", "not_run", "errors")}
-    run.save()
+def auto_entries(out: Path, date: str, device_type: str) -> list[dict]:
+    """For each mode of AUTO_SGU_KERNEL whose record has gMLP with both units: its key, the faster unit, the hybrid's
+    speed over PyTorch's, and the record as the table names it (the stage's file copied to benchmarks/results/)."""
+    entries = []
+    for (training, compiled), (stage, section, mode) in AUTO_RECORDS.items():
+        if len(speed := speeds(json_file(out / f"{stage}.json"), section, mode)) == 2:
+            record = [f"benchmarks/results/gpu_run_{date}_{stage}.json", section, mode]
+            entry = {"key": [device_type, training, compiled], "faster": max(speed, key=speed.get), "record": record}
+            entries.append(entry | {"hybrid_speedup": speed["triton"] / speed["torch"]})
+    return entries
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="benchmarks/gpu_run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--call", type=int, choices=list(CALLS), default=1, help=f"the call's stages: {CALLS}")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-run-out")), help="default: $OUT")
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a rehearsal at tiny sizes")
-    parser.add_argument("--stages", type=lambda text: text.split(","), help="some of the call's stages (default: all)")
-    parser.add_argument(
-        "--budget", type=float, help="seconds for the run: every stage's share scaled but the preflight's"
-    )
-    parser.add_argument("--kernels", default="triton,torch", help="the sgu_kernel values measured (default: both)")
-    parser.add_argument("--parts", help="the tables stage's parts (benchmarks/speed/gpu.py's PARTS; default: all)")
-    parser.add_argument("--site", type=Path, default=SITE, help="where the wheels install")
-    return parser.parse_args(argv)
-
-
-def budgets(args) -> dict[str, float]:
-    """The call's stages to run and their seconds (`--budget` scales every stage's but the preflight's)."""
-    chosen = dict(CALLS[args.call])
-    if args.stages:
-        if unknown := sorted(set(args.stages) - set(chosen)):
-            raise SystemExit(
-                f"error: call {args.call} has no stage {', '.join(unknown)}; its stages are {', '.join(chosen)}"
-            )
-        chosen = {stage: seconds for stage, seconds in chosen.items() if stage == "preflight" or stage in args.stages}
-    if args.budget:
-        scale = (args.budget - chosen["preflight"]) / (sum(chosen.values()) - chosen["preflight"])
-        chosen = {stage: seconds if stage == "preflight" else seconds * scale for stage, seconds in chosen.items()}
-    return chosen
+    parser.add_argument("--budget", type=float, help="seconds for the run (default: STAGES'), every share scaled")
+    parser.add_argument("--kernels", type=lambda text: text.split(","), default=["triton", "torch"], help="the units")
+    parser.add_argument("--wheels", type=Path, default=ROOT / ".whl", help="the downloaded wheels (default: .whl)")
+    args = parser.parse_args(argv)
+    if not (args.device == "cpu" or args.device.startswith("cuda")):
+        parser.error(f"--device {args.device!r}: give cuda (or cuda:N), or cpu for a rehearsal")
+    if not set(args.kernels) <= {"triton", "torch"}:
+        parser.error(f"--kernels {','.join(args.kernels)!r}: give triton, torch or both, comma-separated")
+    if args.budget is not None and args.budget <= 0:
+        parser.error(f"--budget {args.budget:g}: give the run's seconds, more than 0")
+    scale = args.budget / sum(STAGES.values()) if args.budget else 1.0
+    args.budgets = {stage: seconds * scale for stage, seconds in STAGES.items()}
+    return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    run = Run(args.out, budgets(args))
-    run.record["call"] = args.call
-    env = preflight(run, args)
+    run = Run(args.out, args.budgets)
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env |= {"PYTHONUNBUFFERED": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
     if args.device == "cpu":
         env["TRITON_INTERPRET"] = "1"  # the Triton unit on CPU tensors, through Triton's interpreter
-    kernels = args.kernels.split(",")
+    if reason := preflight(run, args, env):
+        run.record["stopped"] = reason
+        run.save()
+        print(f"error: {reason}", file=sys.stderr)
+        return 1
+    kernels = list(args.kernels)
     for stage in list(run.budgets)[1:]:
-        if stage in MEASURING:
-            written = measure(run, args, env, stage, kernels)
-            if stage == "unit":
-                kernels = checked_kernels(run, kernels, written)
-        elif stage == "tables":
-            tables(run, args, env, kernels)
-        else:
-            kernel_tests(run, args, env)
+        if stage == "long":  # the unit the step found faster first
+            faster = speeds(json_file(args.out / "step.json"), "training", "compiled")
+            kernels.sort(key=lambda unit: (-faster.get(unit, 0), unit == "triton"))  # PyTorch's where unknown
+        written = run_stage(run, args, env, stage, kernels)
+        if stage == "unit" and "triton" in kernels and not written.get("check", {}).get("hybrid_correct"):
+            run.record["hybrid_left_out"] = written.get("check") or written.get("errors") or "no unit record"
+            kernels.remove("triton")
+        run.save()
+    run.record["auto_sgu_kernel"] = auto_entries(args.out, run.record["date"], args.device.split(":")[0])
     run.record["seconds"] = round(sum(run.budgets.values()) - (run.end - time.monotonic()), 1)
     run.save()
-    print(json.dumps(run.record.get("preflight"), indent=1))
     for stage, entry in run.record["stages"].items():
-        outcomes = ", ".join(f"{item['outcome']} in {item.get('seconds', 0)} s" for item in entry["runs"])
-        print(f"{stage}: {outcomes}; errors: {entry.get('errors') or entry.get('failed') or 'none'}")
+        found = entry.get("errors") or entry.get("failures") or "none"
+        print(f"{stage}: {entry['outcome']} in {entry.get('seconds', 0)} s; errors: {found}")
+    print(json.dumps({"auto_sgu_kernel": run.record["auto_sgu_kernel"]}, indent=1))
     return 0
 
 

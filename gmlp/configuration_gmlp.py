@@ -158,7 +158,7 @@ class GMLPConfig(GMLPBlockConfig):
         attention_probs_dropout_prob: Dropout on the tiny attention's weights (aMLP).
         classifier_dropout: Dropout in the sentence- and token-level heads; `None` uses `hidden_dropout_prob`.
         classifier_pooling: The sentence representation of the sequence-classification and multiple-choice heads:
-            `"first"` (the first token, as BERT's pooler) or `"mean"` (the mean over real tokens).
+            `"first"` (the first real token, as BERT's pooler) or `"mean"` (the mean over real tokens).
         initializer_range: Standard deviation of the normal init of embeddings and linear layers.
         layer_norm_eps: Epsilon of every LayerNorm.
         sgu_variant: The spatial gating function of Table 3: `"multiplicative_split"` (the paper's SGU,

@@ -16,7 +16,6 @@ CPU build from PyTorch's index:
     python -m gmlp.convert_timm --checkpoint gmlp_s16.pth --output gmlp-s16-224       # a local timm state dict
 """
 
-import argparse
 import math
 import re
 import zipfile
@@ -28,6 +27,7 @@ from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from .configuration_gmlp import GMLPVisionConfig
 from .modeling_gmlp import GMLPForImageClassification
+from .tasks.errors import ArgumentParser, ScriptError, script_main
 
 # timm name (a regular expression over one parameter's name) -> our name.
 _RENAMES = [
@@ -114,11 +114,11 @@ TIMM_GMLPS = ("gmlp_ti16_224", "gmlp_s16_224", "gmlp_b16_224")
 
 
 def _load_timm_state_dict(checkpoint: str | None, timm_model: str | None) -> dict[str, torch.Tensor]:
-    """The timm state dict of the file `checkpoint`, else of timm's pretrained `timm_model`; a `SystemExit` saying
+    """The timm state dict of the file `checkpoint`, else of timm's pretrained `timm_model`; a `ScriptError` saying
     what to do when it cannot be had (no such file, not a state dict, no timm, not a gMLP, the Hub out of reach)."""
     if checkpoint:
         if not Path(checkpoint).is_file():
-            raise SystemExit(f"--checkpoint {checkpoint}: no such file.")
+            raise ScriptError(f"--checkpoint {checkpoint}: no such file.")
         if checkpoint.endswith(".safetensors"):
             from safetensors.torch import load_file
 
@@ -132,47 +132,55 @@ def _load_timm_state_dict(checkpoint: str | None, timm_model: str | None) -> dic
                 if zipfile.is_zipfile(checkpoint)
                 else "is no file of torch.save"
             )
-            raise SystemExit(
+            raise ScriptError(
                 f"--checkpoint {checkpoint} {what}. Save the timm model's weights with "
                 "torch.save(model.state_dict(), path), or pass a .safetensors file."
             ) from None
         return state_dict.get("state_dict", state_dict)
     if timm_model.split(".")[0] not in TIMM_GMLPS:  # a name, or a name and a tag (gmlp_s16_224.ra3_in1k)
-        raise SystemExit(f"--timm-model {timm_model}: only timm's gMLPs convert ({', '.join(TIMM_GMLPS)}).")
+        raise ScriptError(f"--timm-model {timm_model}: only timm's gMLPs convert ({', '.join(TIMM_GMLPS)}).")
     try:
         import timm
     except (ImportError, RuntimeError) as error:  # RuntimeError: a torchvision built for another torch
-        raise SystemExit(
+        raise ScriptError(
             f"--timm-model needs timm, which does not import here ({error}). With the CPU build of torch, install timm and torchvision's CPU build beside it: pip install timm \"torch==$(python -c 'import torch; print(torch.__version__)')\" --extra-index-url https://download.pytorch.org/whl/cpu (a bare `pip install timm` brings a CUDA torch). Or pass --checkpoint with a saved timm state dict."
         ) from error
     try:
         return timm.create_model(timm_model, pretrained=True).state_dict()
     except OSError as error:  # huggingface_hub's errors for a Hub out of reach are OSErrors
-        raise SystemExit(
+        raise ScriptError(
             f"--timm-model {timm_model}: its weights are not in the cache and the Hub cannot be reached "
             f"({str(error).splitlines()[0]}). Run once online, or pass --checkpoint with a saved timm state dict."
         ) from None
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Convert a timm gMLP image classifier to a Transformers checkpoint.")
+def run(argv: list[str]) -> None:
+    """Convert the timm model the command line's arguments `argv` name, and save it."""
+    parser = ArgumentParser(
+        prog="python -m gmlp.convert_timm",
+        description="Convert a timm gMLP image classifier to a Transformers checkpoint.",
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     # Each option also under the scripts' spelling (underscores, --output_dir).
     source.add_argument("--timm-model", "--timm_model", help=f"timm model to download: {', '.join(TIMM_GMLPS)}")
     source.add_argument("--checkpoint", help="a local timm gMLP state dict (.pth/.bin or .safetensors)")
     parser.add_argument("--output", "--output_dir", required=True, help="directory to write the checkpoint to")
     args = parser.parse_args(argv)
-
+    if Path(args.output).is_file():
+        raise ScriptError(f"--output {args.output} is a file; name a folder to write the checkpoint to.")
+    state_dict = _load_timm_state_dict(args.checkpoint, args.timm_model)
     try:
-        model = convert_timm_model(_load_timm_state_dict(args.checkpoint, args.timm_model))
+        model = convert_timm_model(state_dict)
     except ValueError as error:  # a state dict of another model
-        raise SystemExit(f"--checkpoint {args.checkpoint}: {error}") from None
+        raise ScriptError(f"--checkpoint {args.checkpoint}: {error}") from None
     output = Path(args.output)
     model.save_pretrained(output)
     timm_image_processor(model.config.image_size).save_pretrained(output)
     parameters = sum(p.numel() for p in model.parameters())
     print(f"Wrote {output} ({parameters / 1e6:.2f}M parameters, {model.config.num_labels} classes).")
 
+
+main = script_main(run)
 
 if __name__ == "__main__":
     main()

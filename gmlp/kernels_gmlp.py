@@ -392,15 +392,18 @@ def _custom_op(name: str):
 def _launch(kernel, grid: tuple, *args, **kwargs) -> None:
     """Launches the kernel, traceably by torch.compile and torch.export on a GPU (`wrap_triton`). The interpreter
     cannot be traced: there, a launch on the fake tensors that torch.export propagates shapes with does nothing (the
-    kernels only fill the buffers the op allocates), and one under torch.compile's functionalisation fails clearly."""
+    kernels only fill the buffers the op allocates), one under torch.compile's functionalisation fails clearly, and
+    one on real tensors runs the interpreted kernel itself (PyTorch before 2.13, the GPU machines' 2.11 among them,
+    refuses to wrap an interpreted kernel)."""
     if INTERPRETED:
         tensors = [arg for arg in args if isinstance(arg, torch.Tensor)]
         if any(isinstance(tensor, FunctionalTensor) for tensor in tensors):
             raise RuntimeError(
                 "torch.compile cannot trace Triton's interpreter (TRITON_INTERPRET=1): compile the kernels on a CUDA device, or call them eagerly here."
             )
-        if any(is_fake(tensor) for tensor in tensors):
-            return
+        if not any(is_fake(tensor) for tensor in tensors):
+            kernel[grid](*args, **kwargs)
+        return
     torch.library.wrap_triton(kernel)[grid](*args, **kwargs)
 
 

@@ -5,6 +5,7 @@ Imports only torch, transformers and `configuration_gmlp`, so that a saved check
 `trust_remote_code=True` where this package is not installed.
 """
 
+import copy
 from dataclasses import dataclass
 from functools import cache
 
@@ -15,7 +16,9 @@ from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, StaticLayer
+from transformers.configuration_utils import PreTrainedConfig
 from transformers.generation import GenerationMixin
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -31,7 +34,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, auto_docstring, is_torchdynamo_compiling, logging
+from transformers.utils import TransformersKwargs, auto_docstring, is_torchdynamo_compiling, is_tracing, logging
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
@@ -73,11 +76,68 @@ def load_sgu_kernel():
     return spatial_gating if is_available() else None
 
 
+def first_out_of_range(values: torch.Tensor, size: int, ignore_index: int | None = None) -> int | None:
+    """The first of `values` outside [0, size) (`ignore_index` aside), or None: the one way the model checks values.
+
+    Values are read only where that is free, on the CPU in eager mode. On an accelerator reading them would force a
+    device sync at every step, and while compiling, exporting or tracing it would break the graph: there this returns
+    None and the lookup's own device-side check stands (the scripts' collator checks every batch on the CPU first)."""
+    if is_tracing(values) or values.device.type != "cpu":
+        return None
+    valid = (values >= 0) & (values < size)
+    if ignore_index is not None:
+        valid |= values == ignore_index
+    if bool(valid.all()):
+        return None
+    return values[~valid][0].item()
+
+
+# For `check_token_ids`: the config field sizing each embedding, what its ids are, the likely cause of one past them.
+TOKEN_ID_KINDS = {
+    "input_ids": (
+        "vocab_size",
+        "token ids",
+        (
+            "the tokenizer is probably larger than the model; use the tokenizer the model was trained with, or resize "
+            "the embeddings (`model.resize_token_embeddings(len(tokenizer))`)"
+        ),
+    ),
+    "token_type_ids": (
+        "type_vocab_size",
+        "token types",
+        (
+            "the tokenizer gives token types the model was not trained with (e.g. a second segment for sentence "
+            "pairs); leave token_type_ids out (`tokenizer(..., return_token_type_ids=False)`) or use the model's own "
+            "tokenizer"
+        ),
+    ),
+}
+NEGATIVE_ID_CAUSE = (
+    "ids are never negative, so this is probably a padding or ignore value (-100 belongs in labels only); pad the "
+    "inputs with the tokenizer (`tokenizer.pad`, or DataCollatorWithPadding)"
+)
+
+
+def check_token_ids(config: GMLPConfig, name: str, ids: torch.Tensor) -> None:
+    """Refuse ids (`name`: input_ids or token_type_ids) that the embeddings have no row for, naming the value, the
+    size and the likely cause; on the CPU in eager mode only (`first_out_of_range`)."""
+    field, counted, cause = TOKEN_ID_KINDS[name]
+    size = getattr(config, field)
+    bad = first_out_of_range(ids, size)
+    if bad is not None:
+        raise ValueError(
+            f"{name} holds {bad}, outside the model's {counted} 0..{size - 1} (config.{field} = {size}): "
+            f"{cause if bad >= 0 else NEGATIVE_ID_CAUSE}."
+        )
+
+
 class GMLPEmbeddings(nn.Module):
-    """Token and token-type embeddings. No position embeddings: the spatial weights learn position."""
+    """Token and token-type embeddings. No position embeddings: the spatial weights learn position. Ids out of range
+    are a clear error on the CPU in eager mode (`check_token_ids`)."""
 
     def __init__(self, config: GMLPConfig):
         super().__init__()
+        self.config = config  # the model's own: `resize_token_embeddings` updates its vocab_size
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
@@ -89,11 +149,14 @@ class GMLPEmbeddings(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if inputs_embeds is None:
+            check_token_ids(self.config, "input_ids", input_ids)
             inputs_embeds = self.word_embeddings(input_ids)
         if token_type_ids is not None and token_type_ids.shape != inputs_embeds.shape[:2]:
             raise ValueError(
                 f"`token_type_ids` has shape {tuple(token_type_ids.shape)} but must have the inputs' shape {tuple(inputs_embeds.shape[:2])}."
             )
+        if token_type_ids is not None:
+            check_token_ids(self.config, "token_type_ids", token_type_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
         return self.dropout(inputs_embeds + self.token_type_embeddings(token_type_ids))
@@ -112,14 +175,16 @@ def sequence_starts(position_ids: torch.Tensor, token_mask: torch.Tensor | None)
 
 
 @dataclass(frozen=True)
-class PackedRows:
-    """The sequences of packed rows moved to rows of their own, one per sequence, zero-padded to the longest: token t
-    of the batch (flattened) goes to slot `slot[t]` of row `row[t]`. The gating unit runs on these rows, so that no
-    weight reaches across a sequence boundary and the product costs what the sequences' own would."""
+class TokenRows:
+    """The tokens moved to rows that start at slot 0, where the gating unit runs on them (then they move back): the
+    sequences of packed rows, one row each, zero-padded to the longest (`from_segments`), or left-padded rows rolled
+    so that each row's first real token is at slot 0 (`from_leading_padding`). Token t of the batch (flattened) goes
+    to slot `slot[t]` of row `row[t]`, so that no weight reaches across a sequence boundary and every row uses W's
+    leading block, as the same tokens alone would."""
 
     row: torch.Tensor
     slot: torch.Tensor
-    layout: "TokenLayout"  # the rows': (sequences, longest)
+    layout: "TokenLayout"  # the rows': (rows, longest)
 
     @classmethod
     def from_segments(cls, segments: torch.Tensor, positions: torch.Tensor, token_mask: torch.Tensor | None):
@@ -142,8 +207,22 @@ class PackedRows:
             layout = TokenLayout(query=row_positions, key=row_positions, token_mask=row_mask)
         return cls(row=row, slot=slot, layout=layout)
 
+    @classmethod
+    def from_leading_padding(cls, leading_padding: torch.Tensor, token_mask: torch.Tensor) -> "TokenRows":
+        """Each row rolled left by its leading padding (batch, 1): its real tokens at 0, 1, ..., its padding after."""
+        (batch, length), device = token_mask.shape, token_mask.device
+        tokens = torch.arange(length, device=device)
+        row = torch.arange(batch, device=device)[:, None].expand(batch, length)
+        # Modulo length, written without `%` (ONNX's exporter cannot take a remainder by a dynamic length).
+        slot = tokens - leading_padding
+        slot = torch.where(slot < 0, slot + length, slot)
+        source = tokens + leading_padding  # the token at each slot
+        rolled_mask = token_mask.gather(1, torch.where(source >= length, source - length, source))
+        layout = TokenLayout.sequential(length, device, token_mask=rolled_mask)
+        return cls(row=row.flatten(), slot=slot.flatten(), layout=layout)
+
     def unpack(self, tensor: torch.Tensor | None) -> torch.Tensor | None:
-        """(batch, length, channels) -> (sequences, longest, channels), zero past each sequence's end."""
+        """(batch, length, channels) -> (rows, longest, channels), zero past each row's end."""
         if tensor is None:
             return None
         rows = tensor.new_zeros(*self.layout.token_mask.shape, tensor.shape[-1])
@@ -151,7 +230,7 @@ class PackedRows:
         return rows
 
     def pack(self, rows: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-        """The inverse of `unpack`: (sequences, longest, channels) -> (batch, length, channels)."""
+        """The inverse of `unpack`: (rows, longest, channels) -> (batch, length, channels)."""
         return rows[self.row, self.slot].view(*shape[:2], -1)
 
 
@@ -162,20 +241,20 @@ class TokenLayout:
 
     `query` and `key`: the position (row and column of W, entry of b) of each new token and of each key (the cached
     tokens, then the new ones), (1 or batch, tokens); a first axis of 1 is shared by the whole batch. `token_mask`:
-    the new tokens that are real (not padding), (batch, length), or None when all are. `in_order`: queries and keys
-    are the same tokens, each row's at its index less a shift, so that a Toeplitz product is a convolution along the
-    row (the FFT's case). `explicit`: the positions came from the caller without a cache (no cache can continue from
-    them). `segments` and `packed`: for rows that pack several sequences, which sequence of its row each token belongs
-    to (batch, length), and the sequences moved to rows of their own; None otherwise.
+    the new tokens that are real (not padding), (batch, length), or None when all are. `in_order`: every row's tokens
+    are at positions 0..L-1, queries and keys the same tokens, so that W's leading block serves the whole batch and a
+    Toeplitz product is a convolution along the row (the FFT's case). `segments`: for rows that pack several
+    sequences, which sequence of its row each token belongs to (batch, length). `rows`: the tokens moved to rows that
+    start at slot 0 (packed sequences, or left-padded rows), where the gating unit runs on them; None where the
+    batch's rows already do.
     """
 
     query: torch.Tensor
     key: torch.Tensor
     token_mask: torch.Tensor | None = None
     in_order: bool = False
-    explicit: bool = False
     segments: torch.Tensor | None = None
-    packed: PackedRows | None = None
+    rows: TokenRows | None = None
 
     @property
     def same_sequence(self):
@@ -190,20 +269,32 @@ class TokenLayout:
 
         return same_sequence
 
-    @property
-    def shared_in_order(self) -> bool:
-        """Tokens at 0..L-1 in every row: W's leading L x L block serves the whole batch."""
-        return self.in_order and self.query.shape[0] == 1
+    @classmethod
+    def sequential(cls, length: int, device: torch.device, *, token_mask=None) -> "TokenLayout":
+        """Token i at position i in every row of `length` tokens, no cache."""
+        positions = torch.arange(length, device=device)[None]
+        return cls(query=positions, key=positions, token_mask=token_mask, in_order=True)
 
     @classmethod
-    def sequential(
-        cls, length: int, device: torch.device, *, shift: torch.Tensor | None = None, token_mask=None
-    ) -> "TokenLayout":
-        """Token i at position i - shift (of its row; 0 without `shift`), for rows of `length` tokens and no cache."""
-        positions = torch.arange(length, device=device)[None]
-        if shift is not None:
-            positions = (positions - shift).clamp(min=0)
-        return cls(query=positions, key=positions, token_mask=token_mask, in_order=True)
+    def from_first_real_token(cls, length: int, device: torch.device, token_mask: torch.Tensor | None):
+        """Each row's tokens at positions counted from its first real token, no cache: a row's leading padding (left
+        padding) moves its tokens to rows that start at 0 (`TokenRows.from_leading_padding`). In eager mode rows
+        without leading padding (every row of a right-padded batch) keep the shared layout: finding that out reads the
+        mask on the host, as Transformers' SDPA mask does; compiled, rows with a mask are always moved."""
+        layout = cls.sequential(length, device, token_mask=token_mask)
+        if token_mask is None:
+            return layout
+        leading_padding = leading_padding_of(token_mask)
+        if not is_torchdynamo_compiling() and not bool(leading_padding.any()):
+            return layout
+        positions = (torch.arange(length, device=device) - leading_padding).clamp(min=0)
+        rows = TokenRows.from_leading_padding(leading_padding, token_mask)
+        return cls(query=positions, key=positions, token_mask=token_mask, rows=rows)
+
+
+def leading_padding_of(attention_mask: torch.Tensor) -> torch.Tensor:
+    """The padding before each row's first real token, (batch, 1)."""
+    return (attention_mask.long().cumsum(-1) == 0).sum(-1, keepdim=True)
 
 
 def make_token_layout(
@@ -218,10 +309,10 @@ def make_token_layout(
 ) -> TokenLayout:
     """The one place that checks the inputs' shapes and decides positions, padding and packing from them.
 
-    Without `position_ids`, token i is at position i, less, in causal mode, the row's leading padding (so that a
-    left-padded row uses W and b as the same tokens alone would); with a cache, the keys are the cached tokens then the
-    new ones, counted the same way. Explicit `position_ids` without a cache (or flash attention's `cu_seq_lens_q`)
-    may pack several sequences in a row (`sequence_starts`); the row may then be longer than n, each sequence not.
+    Without `position_ids`, token i is at position i less the row's leading padding (so that a left-padded row uses W
+    and b as the same tokens alone would); with a cache, the keys are the cached tokens then the new ones, counted the
+    same way. Explicit `position_ids` without a cache (or flash attention's `cu_seq_lens_q`) may pack several
+    sequences in a row (`sequence_starts`); the row may then be longer than n, each sequence not.
     """
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("You must specify exactly one of input_ids or inputs_embeds.")
@@ -239,36 +330,31 @@ def make_token_layout(
             f"`attention_mask` has shape {tuple(attention_mask.shape)} but must have shape {(batch, cached_length + length)} (the cached tokens and the new ones): the inputs have shape {(batch, length)}."
         )
     token_mask = None if attention_mask is None else attention_mask[:, -length:].bool()
-    leading_padding = None
-    if config.is_decoder and attention_mask is not None:
-        leading_padding = (attention_mask.long().cumsum(-1) == 0).sum(-1, keepdim=True)
     if cu_seq_lens_q is not None and position_ids is None:
         tokens = torch.arange(length, device=device)
         starts = cu_seq_lens_q[torch.searchsorted(cu_seq_lens_q[1:].to(tokens.dtype), tokens, right=True)]
         position_ids = (tokens - starts)[None].expand(batch, -1)
-    explicit = cache is None and position_ids is not None
-    if not explicit:
+    if cache is not None or position_ids is None:
         check_length(config, length, cached_length)
     if cache is not None:
         keys = torch.arange(cached_length + length, device=device)[None]
-        if leading_padding is not None:
-            keys = (keys - leading_padding).clamp(min=0)
+        if attention_mask is not None:
+            keys = (keys - leading_padding_of(attention_mask)).clamp(min=0)
         queries = keys[:, -length:] if position_ids is None else position_ids
         return TokenLayout(query=queries, key=keys, token_mask=token_mask)
     if position_ids is None:
-        return TokenLayout.sequential(length, device, shift=leading_padding, token_mask=token_mask)
+        return TokenLayout.from_first_real_token(length, device, token_mask)
     check_positions(config, position_ids)
     starts = sequence_starts(position_ids, token_mask)
     if not is_torchdynamo_compiling() and not bool(starts.any()):
-        return TokenLayout(query=position_ids, key=position_ids, token_mask=token_mask, explicit=True)
+        return TokenLayout(query=position_ids, key=position_ids, token_mask=token_mask)
     segments = starts.long().cumsum(-1)
     return TokenLayout(
         query=position_ids,
         key=position_ids,
         token_mask=token_mask,
-        explicit=True,
         segments=segments,
-        packed=PackedRows.from_segments(segments, position_ids, token_mask),
+        rows=TokenRows.from_segments(segments, position_ids, token_mask),
     )
 
 
@@ -345,13 +431,9 @@ class GMLPSpatialProjection(nn.Module):
         """W[query positions, key positions] for every head: (1 or batch, heads, queries, keys)."""
         weight = self.applied_weight()
         length = layout.query.shape[1]
-        if self.is_toeplitz and layout.in_order:
-            # Tokens in order, each row's shifted by its leading padding: W[i - s, j - s] = W[i, j] at every real
-            # token, and padding neither mixes nor is mixed in, so the batch shares W's leading block.
-            return toeplitz_block(weight, length)[None]
-        if layout.shared_in_order:
-            # A dense W's leading block, sliced rather than gathered by index (whose backward pass sorts L^2 indices).
-            return weight[:, :length, :length][None]
+        if layout.in_order:
+            # W's leading block, built or sliced rather than gathered by index (whose backward pass sorts L^2 indices).
+            return (toeplitz_block(weight, length) if self.is_toeplitz else weight[:, :length, :length])[None]
         if self.is_toeplitz:
             weight = weight[:, layout.query[:, :, None] - layout.key[:, None, :] + self.n - 1]
         else:
@@ -408,6 +490,25 @@ class GMLPSpatialProjection(nn.Module):
         signal = torch.fft.rfft(heads.to(precision).transpose(-1, -2), n=size)
         product = torch.fft.irfft(signal * kernel, n=size)
         return product[..., length - 1 : 2 * length - 1].transpose(-1, -2).to(heads.dtype)
+
+    @torch.no_grad()
+    def resize(self, n: int, initialise) -> None:
+        """Make W and b those of the spatial size `n`: `initialise(self)` draws them as the model's init does at `n`,
+        then the positions both sizes have take back their values (W[i, j] and b[i] for i, j < m, the smaller n: a
+        dense W's leading m x m block, a Toeplitz W's diagonals of offsets -(m - 1) .. m - 1), so that a longer n adds
+        positions at their initial values and a shorter one drops the last."""
+        old_n, kept = self.n, min(self.n, n)
+        old_weight, old_bias = self.weight, self.bias
+        weight_shape = (self.num_heads, 2 * n - 1) if self.is_toeplitz else (self.num_heads, n, n)
+        self.n = n
+        self.weight = nn.Parameter(old_weight.new_zeros(weight_shape), requires_grad=old_weight.requires_grad)
+        self.bias = nn.Parameter(old_bias.new_ones(self.num_heads, n), requires_grad=old_bias.requires_grad)
+        initialise(self)
+        if self.is_toeplitz:
+            self.weight[:, n - kept : n + kept - 1] = old_weight[:, old_n - kept : old_n + kept - 1]
+        else:
+            self.weight[:, :kept, :kept] = old_weight[:, :kept, :kept]
+        self.bias[:, :kept] = old_bias[:, :kept]
 
 
 def eager_attention_forward(
@@ -504,8 +605,8 @@ class GMLPSpatialGatingUnit(nn.Module):
         """s(GELU(Z)) for the new tokens. `cache`: write their gates into the block's layer of it and mix all the
         gates so far. `recompute`: keep only Z and the tiny attention's output for the backward pass
         (`torch.utils.checkpoint`) and recompute the rest there."""
-        if layout.packed is not None:
-            rows = layout.packed
+        if layout.rows is not None:
+            rows = layout.rows
             gated = self(
                 rows.unpack(projected),
                 layout=rows.layout,
@@ -581,8 +682,8 @@ class GMLPSpatialGatingUnit(nn.Module):
         kernel = load_sgu_kernel()
         if kernel is None:
             reason = "Triton is not installed or cannot run here"
-        elif not layout.shared_in_order:
-            reason = "the tokens are not at positions 0..L-1 in every row (explicit positions or causal left padding)"
+        elif not layout.in_order:
+            reason = "the tokens are not at positions 0..L-1 in every row (explicit position_ids)"
         elif self.spatial_proj.takes_fft(layout, projected.shape[1]):
             reason = "this length takes the FFT product"
         elif not self.exact_gelu:
@@ -830,12 +931,13 @@ class GMLPClassificationHead(nn.Module):
         hidden_states: torch.Tensor,
         *,
         token_mask: torch.Tensor | None = None,
-        packed: PackedRows | None = None,
+        rows: TokenRows | None = None,
     ) -> torch.Tensor:
-        """(batch, length, hidden) -> (batch, outputs), pooled over the real tokens (`token_mask`); for packed rows,
-        one output per sequence, those of row 0 first: (sequences, outputs)."""
-        if packed is not None:
-            hidden_states, token_mask = packed.unpack(hidden_states), packed.layout.token_mask
+        """(batch, length, hidden) -> (batch, outputs), pooled over the real tokens (`token_mask`); with `rows` (the
+        layout's), over the tokens moved to rows that start at the first real token: for packed rows, one output per
+        sequence, those of row 0 first: (sequences, outputs)."""
+        if rows is not None:
+            hidden_states, token_mask = rows.unpack(hidden_states), rows.layout.token_mask
         if self.pooling == "mean":
             pooled = mean_over_tokens(hidden_states, token_mask)
         else:
@@ -894,17 +996,17 @@ class GMLPPreTrainedModel(PreTrainedModel):
     accepts_loss_kwargs = False
 
     def classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Transformers' sequence-classification loss (regression for one label, cross-entropy for class ids, BCE for
-        multi-hot labels), after a clear error for class ids out of range."""
-        regression = self.config.problem_type == "regression" or (
-            self.config.problem_type is None and self.config.num_labels == 1
-        )
-        if regression:
-            labels = labels.to(logits.dtype)  # regression targets given as integers
-        elif labels.dtype in (torch.long, torch.int):
-            check_labels(labels, self.config.num_labels)
-            return unless_all_ignored(self.loss_function(labels, logits, self.config), labels != -100)
-        return self.loss_function(labels, logits, self.config)
+        """Transformers' sequence-classification loss (MSE for regression, cross-entropy for class ids, BCE for
+        multi-hot labels) for the problem type the labels fit (`problem_type_of`). The config takes that problem type
+        where it names none, as Transformers' loss does, but only once the labels fit it: a saved multi-label model's
+        pipeline then applies a sigmoid per label. Class ids out of range are a clear error first."""
+        problem_type = problem_type_of(self.config, logits, labels)
+        if self.config.problem_type is None:
+            self.config.problem_type = problem_type
+        if problem_type != "single_label_classification":
+            return self.loss_function(labels.to(logits.dtype), logits, self.config)  # also targets given as integers
+        check_labels(labels, self.config.num_labels)
+        return unless_all_ignored(self.loss_function(labels, logits, self.config), labels != -100)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, saved as the model's own class also under FSDP2: `fully_shard` makes the
@@ -928,6 +1030,67 @@ class GMLPPreTrainedModel(PreTrainedModel):
             bound = self.config.spatial_init_eps / self.config.max_position_embeddings
             init.uniform_(module.weight, -bound, bound)
             init.ones_(module.bias)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
+        """`PreTrainedModel.from_pretrained`, also at another spatial size n than the checkpoint's (text models): with
+        `max_position_embeddings=N`, or a `config` whose n is N, the checkpoint loads at its own n and
+        `resize_position_embeddings(N)` then keeps what its W and b learned (Transformers would refuse their shapes
+        or, with `ignore_mismatched_sizes=True`, start them afresh)."""
+        given = config if isinstance(config, PreTrainedConfig) else None
+        n = given.max_position_embeddings if given is not None else kwargs.get("max_position_embeddings")
+        saved = cls._saved_spatial_size(pretrained_model_name_or_path, kwargs) if n is not None else None
+        if saved in (None, n):
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
+        if is_deepspeed_zero3_enabled():
+            raise ValueError(
+                f"{pretrained_model_name_or_path} has n = max_position_embeddings = {saved}; loading it at n = {n} under DeepSpeed ZeRO-3, whose parameters are partitioned as they are made, is not supported. Resize it first without DeepSpeed (`from_pretrained(path, max_position_embeddings={n}).save_pretrained(new_path)`) and load that."
+            )
+        if given is not None:
+            config = copy.deepcopy(given)
+            config.max_position_embeddings = saved
+        else:
+            kwargs["max_position_embeddings"] = saved
+        model = super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
+        model.resize_position_embeddings(n)
+        return model
+
+    @classmethod
+    def _saved_spatial_size(cls, name, kwargs: dict) -> int | None:
+        """The n of a text checkpoint `name` as its config says; None for an image model (whose n follows its image
+        and patch sizes) and where there is no config to read (loading a `state_dict=`, a folder of weights alone)."""
+        if name is None or not issubclass(cls.config_class, GMLPConfig):
+            return None
+        hub = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
+        try:
+            saved = cls.config_class.from_pretrained(name, **{key: kwargs[key] for key in hub if key in kwargs})
+        except OSError:
+            return None
+        return saved.max_position_embeddings
+
+    def resize_position_embeddings(self, new_num_position_embeddings: int) -> None:
+        """Change the spatial size n (`config.max_position_embeddings`) of every block's W and b, keeping what they
+        learned: the positions both sizes have keep their values, so that outputs on inputs of at most the smaller n
+        are unchanged; a longer n's new positions start as the init makes them (W uniform in +-spatial_init_eps / n at
+        the new n, b = 1), a shorter n drops the last. Transformers' API for models with position embeddings, which W
+        stands in for; `from_pretrained(..., max_position_embeddings=N)` resizes with it. Text models only."""
+        old_n, n = self.config.max_position_embeddings, new_num_position_embeddings
+        if n == old_n:
+            return
+        checked = copy.deepcopy(self.config)
+        checked.max_position_embeddings = n
+        checked.validate()  # the config's own errors for a bad n, before anything changes
+        self.config.max_position_embeddings = n
+        projections = [module for module in self.modules() if isinstance(module, GMLPSpatialProjection)]
+        for projection in projections:
+            projection.resize(n, self._init_weights)
+        if n > old_n:
+            change = f"positions {old_n}..{n - 1} start at the init (W uniform in +-{self.config.spatial_init_eps / n:.3g}, b = 1)"
+        else:
+            change = f"positions {n}..{old_n - 1} are dropped"
+        logger.warning(
+            f"Spatial size n = max_position_embeddings changed from {old_n} to {n} in {len(projections)} blocks: W and b keep positions 0..{min(old_n, n) - 1}; {change}."
+        )
 
 
 class GMLPModel(GMLPPreTrainedModel):
@@ -964,19 +1127,20 @@ class GMLPModel(GMLPPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor] | BaseModelOutputWithPast:
         r"""
-        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; sequence_length (plus
-            the cached tokens) must not exceed `config.max_position_embeddings` (the spatial size n).
+        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids, in [0, vocab_size);
+            sequence_length (plus the cached tokens) must not exceed `config.max_position_embeddings` (the spatial
+            size n).
         attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 for real tokens,
             0 for padding (with a cache: `(batch_size, cached + sequence_length)`). Padding is zeroed before every
-            spatial projection and masked in the tiny attention, so right-padded sequences give the same outputs at
-            their real positions as unpadded ones; in causal mode positions start at each row's first real token,
-            so left padding is exact too (padding belongs at the ends of a row).
+            spatial projection and masked in the tiny attention, and positions start at each row's first real token,
+            so right- and left-padded sequences give the same outputs at their real positions as unpadded ones
+            (padding belongs at the ends of a row).
         token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): BERT's token types
-            (which sentence of a pair each token belongs to).
+            (which sentence of a pair each token belongs to), in [0, type_vocab_size).
         position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): the position of each
-            token (which row of W and entry of b it uses); by default its index, less the row's leading padding in
-            causal mode. Without a cache they may pack several sequences in a row (padding-free batching: each
-            sequence restarts at 0 and must fit in n; the row may be longer): sequences never mix.
+            token (which row of W and entry of b it uses); by default its index, less the row's leading padding.
+            Without a cache they may pack several sequences in a row (padding-free batching: each sequence restarts
+            at 0 and must fit in n; the row may be longer): sequences never mix.
         inputs_embeds (`torch.Tensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*): token
             embeddings to use instead of `input_ids`.
         cache (`Cache`, *optional*): causal mode: the earlier tokens' gates (and tiny-attention keys and
@@ -990,6 +1154,8 @@ class GMLPModel(GMLPPreTrainedModel):
             use_cache, cache = False, None  # only causal blocks can be decoded token by token
         elif cache is None and self.training and torch.is_grad_enabled():
             use_cache = False  # a training step keeps no cache (and may recompute its gates: GMLPLayer)
+        if use_cache and cache is None and position_ids is None and kwargs.get("cu_seq_lens_q") is None:
+            cache = DynamicCache(config=self.config)  # explicit positions make none: no cache can continue from them
         if token_layout is None:
             token_layout = make_token_layout(
                 self.config,
@@ -1000,8 +1166,6 @@ class GMLPModel(GMLPPreTrainedModel):
                 cache=cache,
                 cu_seq_lens_q=kwargs.get("cu_seq_lens_q"),
             )
-        if use_cache and cache is None and not token_layout.explicit:
-            cache = DynamicCache(config=self.config)
         hidden_states = self.embeddings(input_ids, token_type_ids, inputs_embeds)
         hidden_states = self.encoder(
             hidden_states,
@@ -1061,16 +1225,76 @@ def unless_all_ignored(loss: torch.Tensor, counted: torch.Tensor) -> torch.Tenso
     return torch.where(counted.any(), loss, torch.zeros_like(loss))
 
 
-def check_labels(labels: torch.Tensor, num_classes: int) -> None:
-    """Raise a clear error for class labels outside [0, num_classes) (-100, the ignore index, is allowed).
+def labels_fit(problem_type: str, labels: torch.Tensor, logits: torch.Tensor) -> bool:
+    """Whether a classifier's `labels` have the shape and dtype that `problem_type` takes (`label_form`)."""
+    per_example = labels.shape == logits.shape[:1]
+    if problem_type == "single_label_classification":
+        return per_example and not labels.is_floating_point()
+    return labels.shape == logits.shape or (problem_type == "regression" and logits.shape[1] == 1 and per_example)
 
-    The check reads tensor values: on the CPU that is free, but on an accelerator it would force a device sync at every
-    step, and under torch.compile it would split the graph; there the loss's own device-side check stands instead."""
-    if is_torchdynamo_compiling() or labels.device.type != "cpu":
-        return
-    valid = (labels == -100) | ((labels >= 0) & (labels < num_classes))
-    if not bool(valid.all()):
-        bad = labels[~valid][0].item()
+
+def label_form(problem_type: str, logits: torch.Tensor) -> str:
+    """What `problem_type` takes as labels, in words, for logits of this shape."""
+    batch, num_labels = logits.shape
+    if problem_type == "single_label_classification":
+        return f"integer class ids of shape {(batch,)}"
+    if problem_type == "multi_label_classification":
+        return f"multi-hot float targets of shape {(batch, num_labels)}"
+    return f"targets of shape {(batch, num_labels)}" + (f" or {(batch,)}" if num_labels == 1 else "")
+
+
+def problem_type_of(config: GMLPConfig, logits: torch.Tensor, labels: torch.Tensor) -> str:
+    """The problem type of a classifier's `labels`: `config.problem_type` where it is set, else as Transformers decides
+    it (one label: regression; integer class ids: single-label; float labels, one per class: multi-label). Labels that
+    do not fit it are a clear error naming their shape and dtype (shapes are static: this runs on every device)."""
+    if config.problem_type is not None:
+        problem_type = config.problem_type
+    elif logits.shape[1] == 1:
+        problem_type = "regression"
+    elif labels.is_floating_point():
+        problem_type = "multi_label_classification"
+    else:
+        problem_type = "single_label_classification"
+    if labels_fit(problem_type, labels, logits):
+        return problem_type
+    given = (
+        f"labels of shape {tuple(labels.shape)} and dtype {str(labels.dtype).removeprefix('torch.')} (logits of "
+        f"shape {tuple(logits.shape)})"
+    )
+    if config.problem_type is not None:
+        raise ValueError(
+            f"config.problem_type is {problem_type!r}, which takes {label_form(problem_type, logits)}, but got "
+            f"{given}: give labels of that form, or use a model whose problem_type is the one these labels pose."
+        )
+    if problem_type == "regression":
+        raise ValueError(
+            f"A model with num_labels=1 is a regressor, which takes {label_form(problem_type, logits)}, but got "
+            f"{given}: give one target per example, or a model whose num_labels is the number of classes."
+        )
+    raise ValueError(
+        f"The {given} fit no problem type of this {logits.shape[1]}-label classifier: single-label classification "
+        f"takes {label_form('single_label_classification', logits)} (`labels.long()` if these are class ids), "
+        f"multi-label classification {label_form('multi_label_classification', logits)}, and regression a model "
+        f"with num_labels=1."
+    )
+
+
+# What each token of the inputs takes as label, for `check_label_shape`.
+TOKEN_LABELS = "one label per input token, -100 where no loss is wanted"
+
+
+def check_label_shape(name: str, labels: torch.Tensor, expected: tuple, inputs: tuple, rule: str) -> None:
+    """Refuse labels whose shape is not `expected`, naming it, the inputs' shape and what the labels hold (`rule`).
+    Shapes are static: no device sync and no graph break, so this runs on every device and while compiling."""
+    if tuple(labels.shape) != tuple(expected):
+        raise ValueError(f"{name} have shape {tuple(labels.shape)} but the inputs {tuple(inputs)}: {rule}.")
+
+
+def check_labels(labels: torch.Tensor, num_classes: int) -> None:
+    """Raise a clear error for class labels outside [0, num_classes) (-100, the ignore index, is allowed); on the CPU
+    in eager mode only (`first_out_of_range`)."""
+    bad = first_out_of_range(labels, num_classes, ignore_index=-100)
+    if bad is not None:
         raise ValueError(
             f"labels must be in [0, {num_classes - 1}] (or -100 to ignore a position), got {bad}. Check that the "
             f"labels are mapped to ids and that the model has the right `num_labels`/`vocab_size`."
@@ -1134,6 +1358,8 @@ class GMLPForMaskedLM(GMLPPreTrainedModel):
         )
         sequence_output = outputs.last_hidden_state
         if labels is not None:
+            inputs = sequence_output.shape[:2]
+            check_label_shape("labels", labels, inputs, inputs, TOKEN_LABELS)
             check_labels(labels, self.config.vocab_size)
             if self.training and sparse_prediction:
                 labelled = labels != -100
@@ -1246,6 +1472,8 @@ class GMLPForCausalLM(GMLPPreTrainedModel, GenerationMixin):
         logits = self.lm_head(hidden_states[:, logit_positions])
         loss = None
         if labels is not None:
+            inputs = hidden_states.shape[:2]
+            check_label_shape("labels", labels, inputs, inputs, TOKEN_LABELS)
             check_labels(labels, self.config.vocab_size)
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
             targets = kwargs.get("shift_labels", labels[..., 1:])  # the loss predicts token t + 1 from t
@@ -1304,7 +1532,7 @@ class GMLPForSequenceClassification(GMLPPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.classifier(outputs.last_hidden_state, token_mask=layout.token_mask, packed=layout.packed)
+        logits = self.classifier(outputs.last_hidden_state, token_mask=layout.token_mask, rows=layout.rows)
         loss = self.classification_loss(logits, labels) if labels is not None else None
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
@@ -1336,25 +1564,40 @@ class GMLPForMultipleChoice(GMLPPreTrainedModel):
         input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`): one sequence per choice.
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): index of the right choice.
         """
-        num_choices = input_ids.shape[1] if input_ids is not None else inputs_embeds.shape[1]
+        inputs = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+        num_choices = inputs[1]
 
         def flatten_choices(tensor):
             return None if tensor is None else tensor.flatten(0, 1)
 
+        input_ids, inputs_embeds = flatten_choices(input_ids), flatten_choices(inputs_embeds)
         attention_mask = flatten_choices(attention_mask)
+        layout = make_token_layout(
+            self.config,
+            input_ids,
+            inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=flatten_choices(position_ids),
+            cu_seq_lens_q=kwargs.get("cu_seq_lens_q"),
+        )
+        if layout.segments is not None:
+            raise ValueError(
+                "Multiple choice scores one sequence per choice, but these position_ids pack several sequences in a row (padding-free batching). Pad the batch instead (e.g. DataCollatorWithPadding)."
+            )
         outputs = self.gmlp(
-            flatten_choices(input_ids),
+            input_ids,
             attention_mask=attention_mask,
             token_type_ids=flatten_choices(token_type_ids),
-            position_ids=flatten_choices(position_ids),
-            inputs_embeds=flatten_choices(inputs_embeds),
+            inputs_embeds=inputs_embeds,
+            token_layout=layout,
             return_dict=True,
             **kwargs,
         )
-        token_mask = None if attention_mask is None else attention_mask.bool()
-        logits = self.classifier(outputs.last_hidden_state, token_mask=token_mask).view(-1, num_choices)
+        logits = self.classifier(outputs.last_hidden_state, token_mask=layout.token_mask, rows=layout.rows)
+        logits = logits.view(-1, num_choices)
         loss = None
         if labels is not None:
+            check_label_shape("labels", labels, inputs[:1], inputs, "one choice index per row")
             check_labels(labels, num_choices)
             loss = unless_all_ignored(CrossEntropyLoss()(logits, labels), labels != -100)
         return MultipleChoiceModelOutput(
@@ -1402,6 +1645,8 @@ class GMLPForTokenClassification(GMLPPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:
+            inputs = logits.shape[:2]
+            check_label_shape("labels", labels, inputs, inputs, TOKEN_LABELS)
             check_labels(labels, self.config.num_labels)
             loss = unless_all_ignored(self.loss_function(logits, labels, self.config, **kwargs), labels != -100)
         return TokenClassifierOutput(
@@ -1443,7 +1688,7 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
             position_ids=position_ids,
             cu_seq_lens_q=kwargs.get("cu_seq_lens_q"),
         )
-        if layout.packed is not None:
+        if layout.segments is not None:
             raise ValueError(
                 "Question answering finds one answer span per row, but these position_ids pack several sequences in a row (padding-free batching). Pad the batch instead (e.g. DataCollatorWithPadding)."
             )
@@ -1459,6 +1704,12 @@ class GMLPForQuestionAnswering(GMLPPreTrainedModel):
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
         loss = None
         if start_positions is not None and end_positions is not None:
+            for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
+                # (batch, 1) as well, which Transformers' loss squeezes
+                positions = positions.squeeze(-1) if positions.ndim == 2 else positions
+                check_label_shape(
+                    name, positions, start_logits.shape[:1], start_logits.shape, "one token index per row"
+                )
             loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
             # Transformers' loss ignores positions at or past the row's end (and counts negative ones as 0).
             length = start_logits.shape[1]
@@ -1504,6 +1755,12 @@ class GMLPVisionPreTrainedModel(GMLPPreTrainedModel):
     main_input_name = "pixel_values"
     input_modalities = ("image",)
     _no_split_modules = ["GMLPPatchEmbeddings", "GMLPLayer"]
+
+    def resize_position_embeddings(self, new_num_position_embeddings: int):
+        """Refused: an image model's n is its number of patches, which its image and patch sizes set."""
+        raise NotImplementedError(
+            f"An image model's spatial size n is its number of patches ((image_size / patch_size)^2 = {self.config.max_position_embeddings}), and W mixes patches by their place in the grid, which another grid changes: keep the checkpoint's image_size and patch_size and resize the images instead."
+        )
 
 
 class GMLPVisionModel(GMLPVisionPreTrainedModel):

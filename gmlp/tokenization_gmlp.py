@@ -36,6 +36,7 @@ from tokenizers import (
 from transformers import PreTrainedTokenizerFast
 
 from .configuration_gmlp import PRESETS, GMLPConfig
+from .tasks.errors import ArgumentParser, Range, ScriptError, check_ranges, script_main
 
 MODEL_TYPES = ("wordpiece", "unigram")
 PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -284,9 +285,16 @@ def _wrap(tokenizer: Tokenizer, model_max_length: int) -> PreTrainedTokenizerFas
     )
 
 
+COMMAND_LINE_RANGES = {
+    "--vocab_size": Range(above=len(SPECIAL_TOKENS)),
+    "--min_frequency": Range(at_least=1),
+    "--model_max_length": Range(at_least=1),
+}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line options."""
-    parser = argparse.ArgumentParser(
+    """The command line options, checked: numbers in range, the training files there (all named if not)."""
+    parser = ArgumentParser(
         prog="python -m gmlp.tokenization_gmlp",
         description="Train a WordPiece or Unigram tokenizer for gMLP and save it for AutoTokenizer.from_pretrained.",
     )
@@ -308,7 +316,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         help="The tokenizer's model_max_length (default: the model's n with --config_name, else 512); at most n.",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    check_ranges(args, COMMAND_LINE_RANGES)
+    if missing := [path for path in args.train_files if not os.path.isfile(path)]:
+        raise ScriptError(f"--train_files {' '.join(missing)}: no such file{'s' * (len(missing) > 1)}.")
+    if os.path.isfile(args.output_dir):
+        raise ScriptError(f"--output_dir {args.output_dir} is a file; name a folder to save the tokenizer to.")
+    return args
 
 
 def model_max_length(config_name: str | None, requested: int | None) -> int:
@@ -321,32 +335,38 @@ def model_max_length(config_name: str | None, requested: int | None) -> int:
     elif os.path.isfile(os.path.join(config_name, "config.json")):
         n = GMLPConfig.from_pretrained(config_name).max_position_embeddings
     else:
-        raise ValueError(
+        raise ScriptError(
             f"--config_name {config_name!r} is neither a gMLP preset ({', '.join(PRESETS)}) nor a folder with a "
             "config.json."
         )
     if requested is not None and requested > n:
-        raise ValueError(
+        raise ScriptError(
             f"--model_max_length {requested} is above the n = {n} of {config_name} (max_position_embeddings): "
             f"inputs truncated to {requested} tokens would not fit the model. Leave it out to use {n}."
         )
     return requested or n
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Train a tokenizer from the command line and save it to `--output_dir`."""
+def run(argv: list[str]) -> None:
+    """Train a tokenizer on the command line's arguments `argv` and save it to `--output_dir`."""
     args = parse_args(argv)
-    tokenizer = train_tokenizer(
-        args.train_files,
-        vocab_size=args.vocab_size,
-        model_type=args.model_type,
-        lowercase=not args.cased,
-        min_frequency=args.min_frequency,
-        model_max_length=model_max_length(args.config_name, args.model_max_length),
-    )
+    length = model_max_length(args.config_name, args.model_max_length)
+    try:
+        tokenizer = train_tokenizer(
+            args.train_files,
+            vocab_size=args.vocab_size,
+            model_type=args.model_type,
+            lowercase=not args.cased,
+            min_frequency=args.min_frequency,
+            model_max_length=length,
+        )
+    except ValueError as error:  # the text: empty, blank or not UTF-8
+        raise ScriptError(str(error)) from None
     tokenizer.save_pretrained(args.output_dir)
     print(f"Saved a {args.model_type} tokenizer with {len(tokenizer)} tokens to {args.output_dir}")
 
+
+main = script_main(run)
 
 if __name__ == "__main__":
     main()

@@ -9,14 +9,16 @@ layer, the rows of W of a few patches reshaped to the patch grid (Figure 3: loca
 Needs matplotlib (`pip install matplotlib`).
 """
 
-import argparse
 import math
+import os
 
 import numpy as np
 import torch
 from transformers import AutoConfig, AutoModel
 
 import gmlp  # noqa: F401  (registers gMLP with the Auto classes)
+
+from .tasks.errors import ArgumentParser, ScriptError, script_main
 
 
 def spatial_weights(model) -> list[np.ndarray]:
@@ -101,7 +103,8 @@ def visualize(
     patches: list[int] | None = None,
 ) -> np.ndarray:
     """Draw the spatial filters of the gMLP checkpoint directory `checkpoint` into the PNG `output`; returns the
-    plotted values ((layers, n) for text models, (layers, patches, grid, grid) for vision models)."""
+    plotted values ((layers, n) for text models, (layers, patches, grid, grid) for vision models). Layers, a head or
+    patches that the model does not have are a `ScriptError` (a `ValueError`)."""
     config = AutoConfig.from_pretrained(checkpoint)
     is_vision = config.model_type == "gmlp_vision"
     model = AutoModel.from_pretrained(checkpoint, config=config).eval()
@@ -109,16 +112,16 @@ def visualize(
     layers = list(range(len(weights))) if layers is None else layers
     bad = [layer for layer in layers if not 0 <= layer < len(weights)]
     if bad:
-        raise ValueError(f"Layers {bad} do not exist: the model has layers 0 to {len(weights) - 1}.")
+        raise ScriptError(f"Layers {bad} do not exist: the model has layers 0 to {len(weights) - 1}.")
     if not 0 <= head < weights[0].shape[0]:
-        raise ValueError(f"Head {head} does not exist: the model has {weights[0].shape[0]} SGU head(s).")
+        raise ScriptError(f"Head {head} does not exist: the model has {weights[0].shape[0]} SGU head(s).")
     weights = [weights[layer] for layer in layers]
     if is_vision:
         grid_size = config.image_size // config.patch_size
         patches = default_patches(grid_size) if patches is None else patches
         bad = [patch for patch in patches if not 0 <= patch < grid_size**2]
         if bad:
-            raise ValueError(f"Patches {bad} do not exist: the model has patches 0 to {grid_size**2 - 1}.")
+            raise ScriptError(f"Patches {bad} do not exist: the model has patches 0 to {grid_size**2 - 1}.")
         filters = patch_filters(weights, grid_size, patches, head)
         plot_vision_filters(filters, layers, patches, output)
     else:
@@ -131,17 +134,27 @@ def _int_list(text: str) -> list[int]:
     return [int(item) for item in text.split(",") if item]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Draw the learned spatial filters of a gMLP checkpoint as a PNG.")
+def run(argv: list[str]) -> None:
+    """Draw the filters of the checkpoint the command line's arguments `argv` name."""
+    parser = ArgumentParser(
+        prog="python -m gmlp.visualize", description="Draw the learned spatial filters of a gMLP checkpoint as a PNG."
+    )
     parser.add_argument("checkpoint", help="a checkpoint directory (text or vision gMLP)")
     parser.add_argument("--output", default="filters.png", help="the PNG file to write")
     parser.add_argument("--layers", type=_int_list, help="comma-separated layer indices (default: all)")
     parser.add_argument("--head", type=int, default=0, help="which SGU head's weights to draw")
     parser.add_argument("--patches", type=_int_list, help="vision: comma-separated patch indices (row-major)")
     args = parser.parse_args(argv)
+    # Checked here, not by `from_pretrained`, which takes a name that is no folder for a Hub id.
+    if not os.path.isfile(os.path.join(args.checkpoint, "config.json")):
+        raise ScriptError(f"{args.checkpoint}: not a checkpoint folder (it has no config.json).")
+    if not os.path.isdir(folder := os.path.dirname(args.output) or "."):
+        raise ScriptError(f"--output {args.output}: no such folder {folder}.")
     filters = visualize(args.checkpoint, args.output, args.layers, args.head, args.patches)
     print(f"Wrote {args.output} ({filters.shape[0]} layers).")
 
+
+main = script_main(run)
 
 if __name__ == "__main__":
     main()

@@ -7,12 +7,12 @@ End-to-end tests (several processes, subprocesses that import everything afresh,
 The device and the dtype. `--device` (or the environment's GMLP_TEST_DEVICE; `cpu` by default, as in CI) is where the
 device-aware tests build their models and inputs: the tests that depend on the `device` fixture, most of them
 through `on_device`, which makes it torch's default device for the test (the model-value tests: test_modeling,
-test_generation, test_bf16, test_peft, test_vision, test_mlm_sparse_logits, test_trainer_losses through the Trainer's
-device, test_devices), and Transformers' common tests, whose `transformers.testing_utils.torch_device` follows the
-option (TRANSFORMERS_TEST_DEVICE). On another device than the CPU, the tests that are not device-aware (the scripts,
-subprocesses, end-to-end runs) and those marked `cpu_only` skip, each saying why: the CPU pass runs them. The CPU pass
-hides CUDA devices (CUDA_VISIBLE_DEVICES=""), so that on a machine with a GPU the Trainer and the subprocesses stay on
-the CPU as in CI; on CUDA, fp32 is fp32 (TF32 off).
+test_inputs, test_generation, test_bf16, test_peft, test_vision, test_mlm_sparse_logits, test_trainer_losses through
+the Trainer's device, test_devices), and Transformers' common tests, whose `transformers.testing_utils.torch_device`
+follows the option (TRANSFORMERS_TEST_DEVICE). On another device than the CPU, the tests that are not device-aware
+(the scripts, subprocesses, end-to-end runs) and those marked `cpu_only` skip, each saying why: the CPU pass runs them.
+The CPU pass hides CUDA devices (CUDA_VISIBLE_DEVICES=""), so that on a machine with a GPU the Trainer and the
+subprocesses stay on the CPU as in CI; on CUDA, fp32 is fp32 (TF32 off).
 
 `--dtype bf16` (or GMLP_TEST_DTYPE) is the bf16 pass: the tests that take the `dtype` fixture build their models and
 floating inputs in bf16 and compare with the bf16 tolerance (helpers.assert_close); those marked `bf16`

@@ -2,6 +2,7 @@
 corpora, the arguments of a tiny run of a script, inputs drawn the same on every device, and the one comparison that
 takes the dtype into account."""
 
+import json
 import os
 import socket
 import subprocess
@@ -174,7 +175,7 @@ def differ(actual: torch.Tensor, expected: torch.Tensor, **tolerances) -> bool:
 
 REMOTE_LOAD = textwrap.dedent(
     """
-    import sys, torch
+    import json, sys, torch
     sys.modules["gmlp"] = None  # any `import gmlp` now fails: the package is not there
     try:
         import gmlp
@@ -183,9 +184,9 @@ REMOTE_LOAD = textwrap.dedent(
     else:
         raise SystemExit("gmlp is still importable")
     import transformers
-    directory, auto_name, inputs_path, outputs_path = sys.argv[1:]
+    directory, auto_name, inputs_path, outputs_path, options = sys.argv[1:]
     auto_class = getattr(transformers, auto_name)
-    model = auto_class.from_pretrained(directory, trust_remote_code=True).eval()
+    model = auto_class.from_pretrained(directory, trust_remote_code=True, **json.loads(options)).eval()
     assert not type(model).__module__.startswith("gmlp"), type(model).__module__
     inputs = torch.load(inputs_path)
     with torch.no_grad():
@@ -196,16 +197,17 @@ REMOTE_LOAD = textwrap.dedent(
 )
 
 
-def load_as_remote_code(directory: Path, auto_name: str, inputs: torch.Tensor, work: Path) -> dict:
-    """Load the saved model in `directory` with `trust_remote_code` in a process that cannot import this package, run
-    it on `inputs`: its output (`result`, logits or last hidden state) and its class (`module`, `name`)."""
+def load_as_remote_code(directory: Path, auto_name: str, inputs: torch.Tensor, work: Path, **options) -> dict:
+    """Load the saved model in `directory` with `trust_remote_code` (and the `from_pretrained` keywords `options`, as
+    JSON) in a process that cannot import this package, run it on `inputs`: its output (`result`, logits or last
+    hidden state) and its class (`module`, `name`)."""
     work.mkdir(parents=True, exist_ok=True)
     torch.save(inputs, work / "inputs.pt")
     (work / "load.py").write_text(REMOTE_LOAD)
     command = [sys.executable, str(work / "load.py"), str(directory), auto_name, str(work / "inputs.pt")]
     # Run from an empty directory with a clean environment, so neither the cwd nor PYTHONPATH can provide gmlp.
     run = subprocess.run(
-        [*command, str(work / "outputs.pt")],
+        [*command, str(work / "outputs.pt"), json.dumps(options)],
         cwd=work,
         env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(work / "hf_home"), "PATH": "/usr/bin:/bin"},
         capture_output=True,

@@ -1,16 +1,47 @@
-"""Import timm where torchvision cannot be imported (for the timm-equivalence tests).
+"""timm for the timm-equivalence tests: installed on first use, and imported where torchvision cannot be.
 
-PyPI's torchvision does not load beside the CPU build of torch that CI installs ("operator torchvision::nms does not
-exist"), and timm imports torchvision at module level for its data transforms and `FrozenBatchNorm2d`, none of which
-its gMLP models use. So timm is installed with `pip install --no-deps timm`, and while it is imported a stand-in
-answers every `torchvision` import with placeholders. The stand-in is removed right after, so nothing else (e.g.
-transformers' `is_torchvision_available`) ever sees it.
+Installed on first use (where the environment has no timm): `timm_folder` installs TIMM (`pip install --no-deps
+--target`) into a cache folder, `~/.cache/gmlp/timm/<version>`, once, so that the README's test command runs these
+tests as CI does; GMLP_TIMM_PATH names a folder where timm is installed already instead. The folder is outside
+site-packages, and only the test process puts it on `sys.path`: a timm without torchvision in site-packages would
+break `accelerate launch`, which imports timm wherever it finds it.
+
+Imported where torchvision cannot be: PyPI's torchvision does not load beside the CPU build of torch that CI installs
+("operator torchvision::nms does not exist"), and timm imports torchvision at module level for its data transforms and
+`FrozenBatchNorm2d`, none of which its gMLP models use. So timm is installed without its dependencies, and while it is
+imported a stand-in answers every `torchvision` import with placeholders. The stand-in is removed right after, so
+nothing else (e.g. transformers' `is_torchvision_available`) ever sees it.
 """
 
 import importlib.abc
 import importlib.machinery
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import types
+from pathlib import Path
+
+TIMM = "timm==1.0.31"
+
+
+def timm_folder() -> Path:
+    """The folder timm is installed in: GMLP_TIMM_PATH, else the cache folder, where TIMM is installed if it is not
+    yet (a `subprocess.CalledProcessError` or `OSError` where it cannot be, e.g. without network)."""
+    if given := os.environ.get("GMLP_TIMM_PATH"):
+        return Path(given)
+    folder = Path.home() / ".cache" / "gmlp" / "timm" / TIMM.split("==")[1]
+    if not (folder / "timm" / "__init__.py").is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=folder.parent))
+        install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(staging), TIMM]
+        try:
+            subprocess.run(install, check=True, capture_output=True, text=True, timeout=600)
+            staging.rename(folder)  # atomic: an install cut short never leaves a half-filled folder
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return folder
 
 
 class _Placeholder(type):

@@ -17,14 +17,24 @@ import math
 import re
 from pathlib import Path
 
+from gmlp.tasks.errors import ArgumentParser, Range, ScriptError, check_ranges, script_main
+
 from . import tables
 from .context import MODELS, ROOT, Context
 from .finetuning import TASKS, prepare_splits
 from .parts import PARTS, collect
 
+# The range of each numeric option.
+RANGES = dict.fromkeys(["--max_steps", "--batch_size", "--long_steps", "--eval_steps"], Range(at_least=1))
+RANGES |= dict.fromkeys(["--max_eval_samples", "--sgu_steps", "--finetune_steps", "--jobs"], Range(at_least=1))
+RANGES |= dict.fromkeys(["--warmup_steps", "--long_warmup_steps"], Range(at_least=0))
+RANGES |= dict.fromkeys(["--search_rates", "--finetune_learning_rates"], Range(above=0))
+RANGES |= {"--seeds": Range(at_least=0, at_most=2**32 - 1)}
+
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    """The command line's options, numbers checked."""
+    parser = ArgumentParser(
         prog="python -m benchmarks.quality", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add = parser.add_argument
@@ -50,7 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--output", type=Path, default=ROOT / "benchmarks" / "results" / "quality.json")
     add("--no_docs", action="store_true", help="leave docs/quality.md as it is")
     add("--report_only", action="store_true", help="start no run: the tables of the records there are")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    check_ranges(args, RANGES)
+    return args
 
 
 PAGES = (ROOT / "docs" / "quality.md",)  # the pages with generated tables
@@ -143,13 +155,13 @@ def write(results: dict, output: Path, *, docs: bool) -> str:
     return report
 
 
-def main(argv=None) -> None:
+def run(argv) -> None:
+    """The parts the command line's arguments `argv` ask for, then the report of every record."""
     args = parse_args(argv)
     ctx = Context(args)
     if not args.report_only:
         if not (ctx.wikitext / "train.txt").exists():
-            message = f"WikiText-2 not found under {args.data}; pass --data pointing at the shared data folder."
-            raise SystemExit(message)
+            raise ScriptError(f"--data {args.data}: no wikitext-2/train.txt there; pass the shared data folder.")
         ctx.prepare_tokenizer()
         prepare_splits(ctx)
         for part in PARTS:  # in their order, each making its runs side by side (a part makes what it builds on)
@@ -160,6 +172,8 @@ def main(argv=None) -> None:
     args.output.write_text(json.dumps(results, indent=1) + "\n")
     print(write(results, args.output, docs=not args.no_docs))
 
+
+main = script_main(run)
 
 if __name__ == "__main__":
     main()

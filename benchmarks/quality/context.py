@@ -105,25 +105,29 @@ def sgu_configs() -> dict:
 # writes (deterministic; tokenizers 0.23.3). A --report_only run where it has not been built keys the records by it.
 RECORDS_TOKENIZER = "30816898859b"
 TRAIN_FILE = "train.txt"  # of WikiText-2: pretraining and the tokenizer; valid.txt for choices, test.txt reported
-# Config fields that do not decide a training run's result (bookkeeping, and defaults that only inference reads):
-# left out of the settings key, so that a new field of this kind does not orphan the finished runs.
-KEY_IGNORED_CONFIG_FIELDS = {
-    *("transformers_version", "use_cache", "auto_map", "_name_or_path", "architectures", "dtype"),
-    *("output_attentions", "output_hidden_states", "return_dict"),
+# Config fields that do not decide a training run's result even where they are set: left out of its settings.
+NOT_DECIDING_CONFIG_FIELDS = (
     "recompute_gating",  # memory against time only: the same gradients (tests/model/test_modeling.py)
     "sgu_kernel",  # how the same gating unit runs (Triton or PyTorch), tested equal (tests/model/test_paths_property)
-}
+)
 
 
 class MissingRun(Exception):
     """A run that has no record, where none may be started (--report_only)."""
 
 
+def config_settings(config) -> dict:
+    """A model config's part of a run's settings: its model type and the fields that differ from its class's defaults.
+    A newer Transformers' version stamp and the fields it adds at their defaults are not in it, so the key stays;
+    nor is a changed default (delete the records it changes)."""
+    fields, defaults = (json.loads(json.dumps(c.to_dict(), default=str)) for c in (config, type(config)()))
+    ignored = NOT_DECIDING_CONFIG_FIELDS
+    changed = {k: v for k, v in fields.items() if k not in ignored and (k not in defaults or v != defaults[k])}
+    return {"model_type": config.model_type, **changed}
+
+
 def settings_key(settings: dict) -> str:
     """A short hash of the settings that decide a run's result: part of its record's name."""
-    if "config" in settings:
-        config = {k: v for k, v in settings["config"].items() if k not in KEY_IGNORED_CONFIG_FIELDS}
-        settings = {**settings, "config": config}
     return hashlib.sha1(json.dumps(settings, default=str, sort_keys=True).encode()).hexdigest()[:10]
 
 

@@ -219,15 +219,14 @@ def run_part(name: str, record: dict, args) -> str:
 
 
 def runtimes(ctx: Context) -> dict:
-    """Per part: how many records and their summed training time as the Trainer measured it (wall-clock)."""
-    parts = {}
-    for path in sorted(ctx.records.glob("*.json")):
+    """Per part: how many records and their training time as the Trainer measured it (wall-clock), summed exactly."""
+    seconds = {}
+    for path in ctx.records.glob("*.json"):
         record = json.loads(path.read_text())
         if record.get("train_runtime") is not None:
-            row = parts.setdefault(run_part(path.stem, record, ctx.args), {"runs": 0, "hours": 0.0})
-            row["runs"] += 1
-            row["hours"] += record["train_runtime"] / 3600
-    return {part: parts[part] for part in RUN_PARTS if part in parts}
+            seconds.setdefault(run_part(path.stem, record, ctx.args), []).append(record["train_runtime"])
+    ordered = {part: seconds[part] for part in RUN_PARTS if part in seconds}
+    return {part: {"runs": len(times), "hours": math.fsum(times) / 3600} for part, times in ordered.items()}
 
 
 def collect(ctx: Context) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gmlp.tasks.checkpoints import checkpoint_folders, checkpoint_problem
 
-from .context import DROPOUT_VARIANTS, TRAIN_FILE, Context, MissingRun, pick, settings_key
+from .context import DROPOUT_VARIANTS, TRAIN_FILE, Context, MissingRun, config_settings, pick, settings_key
 
 RECIPE_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps")
 SEARCH_SCHEDULE = "constant_with_warmup"
@@ -24,7 +24,7 @@ def settings(ctx: Context, config, recipe: dict) -> dict:
     """What decides a pretraining run's result (its record's key)."""
     args = ctx.args
     return {
-        "config": config.to_dict(),
+        "config": config_settings(config),
         "tokenizer": ctx.tokenizer_hash,
         "train_file": TRAIN_FILE,
         "max_steps": recipe.get("max_steps", args.max_steps),

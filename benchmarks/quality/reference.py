@@ -19,7 +19,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, TrainingArguments
 from gmlp.tasks.mlm import MaskedLMCollator, tokenize_for_mlm, with_fixed_mask
 
 from ..common import KEEP_FREED_MEMORY, interleaved, set_malloc_thresholds
-from .context import GMLP_TINY, TRAIN_FILE, Context, MissingRun, config_parameters, settings_key
+from .context import GMLP_TINY, TRAIN_FILE, Context, MissingRun, config_parameters, config_settings, settings_key
 
 
 def blocks(tokenizer, path, arguments: TrainingArguments) -> datasets.Dataset:
@@ -124,7 +124,7 @@ def measure_step_times(ctx: Context) -> dict:
 def step_time_part(ctx: Context) -> dict:
     """The step times (a record, measured once at a quiet moment; delete it to measure again, on another machine)."""
     settings = {
-        "models": {name: config.to_dict() for name, config in ctx.configs.items()},
+        "models": {name: config_settings(config) for name, config in ctx.configs.items()},
         "batch_size": ctx.args.batch_size,
         "max_eval_samples": ctx.args.max_eval_samples,
         "threads": 1,

@@ -2,7 +2,6 @@
 markdown tables out, the results as JSON with every round's time (docs/benchmarks.md gives each table's command).
 
     python -m benchmarks.speed --sections training --output benchmarks/results/speed_training.json
-    python -m benchmarks.speed --sections gpu --device cuda      # the GPU section
     python -m benchmarks.speed --docs      # measuring nothing: results/speed_*.md, and the tables in the docs marked
                                            # as <!-- table FILE SECTION.TABLE --> ... <!-- end table -->
 
@@ -19,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from gmlp.tasks.errors import ArgumentParser, Range, ScriptError, check_ranges, script_main
+
 from ..common import KEEP_FREED_MEMORY, RESULTS_DIR, ROOT, machine_info, matmul_peak_flops, set_malloc_thresholds
 from . import generation, gpu, memory, padding_free, scaling, training
 from .models import FLOP_FORMULAS
@@ -31,14 +32,19 @@ SECTIONS = {
     "memory": (memory.measure, memory.render),
     "scaling": (scaling.measure, scaling.render),
     "padding_free": (padding_free.measure, padding_free.render),
-    "gpu": (gpu.measure, gpu.render),
+    "gpu": (None, gpu.render),  # rendered from its records: the GPU run (benchmarks/gpu_run.py) measures
 }
 DOCS = (ROOT / "docs" / "benchmarks.md",)
+# The range of each numeric option.
+RANGES = {"--threads": Range(at_least=1), "--rounds": Range(at_least=1), "--min-run-time": Range(at_least=0)}
+RANGES |= dict.fromkeys(["--lengths", "--scaling-tokens", "--scaling-layers", "--new-tokens"], Range(at_least=1))
+RANGES["--memory-lengths"] = Range(at_least=1)
 MARKED = re.compile(r"^(<!-- table (\S+) (\w+)\.([^\n]+) -->\n).*?^(<!-- end table -->)", re.DOTALL | re.MULTILINE)
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line's options, checked: numbers in range, sections that exist, a device there is, the data."""
+    parser = ArgumentParser(
         prog="python -m benchmarks.speed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add = parser.add_argument
@@ -52,19 +58,19 @@ def parse_args(argv=None):
     add("--scaling-layers", type=int, default=12)
     add("--new-tokens", type=int, default=256, help="tokens generate() adds in the generation table")
     add("--memory-lengths", type=int, nargs="+", default=[512, 2048, 4096])
-    add("--gpu-kernels", default="triton,torch", help="the gpu section's sgu_kernel values")
-    add("--gpu-parts", help="comma-separated parts of the gpu section to run (default: all, in order)")
-    add("--deadline-at", type=float, help="time.time() by which the gpu section's parts must end")
     add("--data", type=Path, default=ROOT.parent / "shared" / "data", help="padding_free's data")
-    add("--quick", action="store_true", help="3 rounds, 2-layer scaling, the gpu section at tiny size")
     add("--output", type=Path, default=RESULTS_DIR / "speed.json")
     add("--system-malloc", action="store_true", help="keep glibc's default malloc settings")
     add("--docs", action="store_true", help="measure nothing: every results file's markdown and the docs' tables")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.min_run_time, args.scaling_layers = 3, 0.0, 2
-    if unknown := set(args.sections.split(",")) - set(SECTIONS):
-        parser.error(f"unknown sections {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}")
+    check_ranges(args, RANGES)
+    measured = [name for name, (measure, _) in SECTIONS.items() if measure]
+    if unknown := set(args.sections.split(",")) - set(measured):
+        parser.error(f"unknown sections {', '.join(sorted(unknown))}; choose from {', '.join(measured)}")
+    if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
+        raise ScriptError(f"--device {args.device}: not a device here; cpu, or cuda where torch finds a GPU.")
+    if "padding_free" in args.sections.split(",") and not args.docs and not args.data.is_dir():
+        raise ScriptError(f"--data {args.data}: no such folder (the padding_free section reads its GLUE files).")
     return args
 
 
@@ -101,7 +107,8 @@ def write(results: dict, output: Path) -> None:
     output.write_text(json.dumps(results, indent=1, default=str))
 
 
-def main(argv=None) -> None:
+def run(argv) -> None:
+    """The benchmarks the command line's arguments `argv` ask for, or (`--docs`) the tables from the results."""
     args = parse_args(argv)
     if args.docs:
         for saved in RESULTS_DIR.glob("speed_*.json"):
@@ -127,6 +134,8 @@ def main(argv=None) -> None:
     args.output.with_suffix(".md").write_text(text)
     print(text)
 
+
+main = script_main(run)
 
 if __name__ == "__main__":
     main()

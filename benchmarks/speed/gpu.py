@@ -1,32 +1,13 @@
-"""The GPU section (docs/benchmarks.md#on-a-cuda-gpu): gMLP-base with each spatial gating unit and with PyTorch's
-keeping its activations, against BERT and ModernBERT at equal parameters and at their stock shapes, every model at
-one fixed batch. The parts (PARTS, by priority) run while their time fits before `--deadline-at`; a failing part is
-recorded, the next runs."""
+"""The GPU section's tables (docs/benchmarks.md#on-a-cuda-gpu), rendered from the GPU records up to 2026-11-28
+(results/speed_gpu_*.json): gMLP-base with each spatial gating unit and with PyTorch's keeping its activations, against
+BERT and ModernBERT at equal parameters and at their stock shapes. The GPU run (benchmarks/gpu_run.py) measures now;
+its step stage writes its section in this form, so that these tables render its record too."""
 
-import sys
-import time
-import traceback
-from functools import partial
+from ..common import percent, table, times
+from . import scaling
+from .gpu_parts import KEPT, MODERN, REFERENCE
 
-import torch
-
-from ..common import matmul_peak_flops, percent, table, times
-from . import gpu_parts, scaling
-from .gpu_parts import BERT_BASE, KEPT, MODERN, MODERN_BASE, REFERENCE, Bench
-
-# Part -> seconds expected at base size (the H200's part_seconds in results/speed_gpu_2026-11-28.json, three rounds;
-# max-autotune's GEMM search estimated): the deadline starts a part only while that much time is left.
-PARTS = {
-    "training-bf16-eager": 35,
-    "training-bf16-compiled": 65,
-    "inference-bf16-eager": 15,
-    "inference-bf16-compiled": 20,
-    "fft-crossover": 45,
-    "training-bf16-max-autotune": 120,
-    "inference-fp32-eager": 15,
-    "inference-fp32-compiled": 35,
-    "training-fp32-compiled": 85,
-}
+BERT_BASE, MODERN_BASE = "bert-base (sdpa)", "ModernBERT-base (sdpa)"  # the stock shapes of the records
 # Dense (no sparsity) bf16 tensor-core peaks of NVIDIA's datasheets, TFLOP/s, by the first name part that matches.
 DATASHEET_BF16_TFLOPS = {"H200 NVL": 835, "H200": 989, "H100 PCIe": 756, "H100 NVL": 835, "H100": 989, "A100": 312}
 
@@ -34,88 +15,6 @@ DATASHEET_BF16_TFLOPS = {"H200 NVL": 835, "H200": 989, "H100 PCIe": 756, "H100 N
 def datasheet_peak(name: str) -> float | None:
     """The datasheet's dense bf16 peak (FLOP/s) of the device called `name`, None for one not listed."""
     return next((tflops * 1e12 for part, tflops in DATASHEET_BF16_TFLOPS.items() if part in name), None)
-
-
-def plan(bench: Bench, size: str, kernels: list[str]) -> dict:
-    """PARTS' work, in order: each a function of no arguments returning what it measured."""
-    ours = [f"gmlp ({kernel})" for kernel in kernels]
-    equal = [*ours, REFERENCE, MODERN]
-    everyone = [*ours, f"gmlp (torch){KEPT}", REFERENCE, MODERN, BERT_BASE, MODERN_BASE]
-    inference = [*ours, REFERENCE, MODERN, BERT_BASE, MODERN_BASE]
-    plain = "gmlp (torch)" if "torch" in kernels else ours[-1]
-    autotune = dict.fromkeys([ours[0], REFERENCE, MODERN], "compiled") | {plain: "max-autotune"}
-
-    timed = partial(gpu_parts.time_group, bench)
-
-    def group(task, precision, mode, names):
-        return partial(timed, task, precision, dict.fromkeys(names, mode))
-
-    return {
-        "training-bf16-eager": group("training", "bf16", "eager", everyone),
-        "training-bf16-compiled": group("training", "bf16", "compiled", everyone),
-        "inference-bf16-eager": group("inference", "bf16", "eager", inference),
-        "inference-bf16-compiled": group("inference", "bf16", "compiled", inference),
-        "fft-crossover": partial(gpu_parts.fft_crossover, bench, size, ours[0]),
-        "training-bf16-max-autotune": partial(timed, "training", "bf16", autotune, record=[plain]),
-        "inference-fp32-eager": group("inference", "fp32", "eager", equal),
-        "inference-fp32-compiled": group("inference", "fp32", "compiled", equal),
-        "training-fp32-compiled": group("training", "fp32", "compiled", equal),
-    }
-
-
-def measure(args) -> dict:
-    device = torch.device(args.device)
-    size, kernels = "tiny" if args.quick else "base", args.gpu_kernels.split(",")
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    result = {"size": size, "device": name, "sgu_kernels": kernels, "part_seconds": {}, "not_run": [], "errors": {}}
-    wanted = args.gpu_parts.split(",") if args.gpu_parts else list(PARTS)
-    if unknown := set(wanted) - set(PARTS):
-        raise ValueError(f"Unknown parts {sorted(unknown)}; the parts are: {', '.join(PARTS)}.")
-    torch._dynamo.config.recompile_limit = 128
-    torch._dynamo.config.fail_on_recompile_limit_hit = True
-    peak = matmul_peak_flops(device, torch.bfloat16, size=8192 if device.type == "cuda" else 1024)
-    datasheet = datasheet_peak(name)
-    everyone = [f"gmlp ({kernel})" for kernel in kernels] + [f"gmlp (torch){KEPT}", REFERENCE, MODERN]
-    models = gpu_parts.build(size, device, [*everyone, BERT_BASE, MODERN_BASE])
-    length = next(iter(models.values())).config.max_position_embeddings
-    batches = {precision: dict.fromkeys(models, gpu_parts.BATCH[size]) for precision in ("bf16", "fp32")}
-    bench = Bench(device, models, length, peak, datasheet, args.rounds, args.min_run_time, batches)
-    bench.optimizers = {name: gpu_parts.make_optimizer(model, device) for name, model in models.items()}
-    result |= {
-        "length": length,
-        "batches": batches,
-        "matmul_peak_tflops_bf16": peak / 1e12,
-        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-        "datasheet_peak_tflops_bf16": datasheet and datasheet / 1e12,
-        "models": gpu_parts.describe(models),
-    }
-    for part, work in plan(bench, size, kernels).items():
-        if part in wanted:
-            expected = PARTS[part] if size == "base" else 0
-            run_part(result, part, work, bench, deadline=args.deadline_at, expected=expected, save=args.save)
-    return result
-
-
-def run_part(result: dict, part: str, work, bench: Bench, *, deadline: float | None, expected: float, save) -> None:
-    """Run `part` unless it would end after `deadline`; record its time or its error."""
-    if deadline is not None and time.time() + expected > deadline:
-        result["not_run"].append(part)
-        return
-    print(f"  {part} ...", file=sys.stderr, flush=True)
-    start = time.monotonic()
-    try:
-        work().into(result)
-        result["part_seconds"][part] = time.monotonic() - start
-    except KeyboardInterrupt:
-        result["errors"][part] = "interrupted (the time limit of the call)"
-        save(result)
-        raise
-    except Exception as error:  # noqa: BLE001 (any failure of a part is recorded, and the next part runs)
-        result["errors"][part] = f"{type(error).__name__}: {error}"[:2000]
-        traceback.print_exc()
-    finally:
-        gpu_parts.free_memory(bench)
-    save(result)
 
 
 def optional(value, format) -> str:

@@ -1,85 +1,67 @@
-"""The GPU run's measuring stages (benchmarks/gpu_run.py runs each in a process of its own), at a fixed batch:
+"""The GPU run's stages (benchmarks/gpu_run.py runs each in a process of its own), bf16, every model at one batch:
 
-    python -m benchmarks.speed.gpu_stages STAGE --device cuda --out DIR [--kernels triton,torch] [--size tiny]
+    python -m benchmarks.speed.gpu_stages STAGE --device cuda --out DIR [--kernels triton,torch]
 
-ceilings: a device-to-device copy (GB/s) and a warmed bf16 matmul (TFLOP/s). unit: the spatial gating unit alone at
-gMLP-base's shape, forward and backward (PyTorch with recompute on and off, the Triton unit after a check of its values
-and gradients), the cuBLAS products alone, the unit's kernels by the profiler. step: the MLM training step with each
-unit, paired. long: long inputs against BERT and ModernBERT. profile: one step's kernels. bandwidth: inductor's
-bandwidth profile of the unit and its generated code. Each writes DIR/STAGE.json as it goes; a failing measurement is
-recorded under "errors" and the stage goes on. MFU is against the datasheet's dense bf16 peak (a fixed denominator),
-with the matmul ceiling measured by `ceilings` beside it.
+Each writes DIR/STAGE.json as each measurement exists; a failing one is recorded under "errors" and the next runs.
+At base size on a GPU; on the CPU (the rehearsal) at tiny sizes, the Triton unit under its interpreter and "compiled"
+as dynamo with the eager backend (inductor's C++ takes minutes on two cores; the Triton op compiles on a GPU only).
 """
 
 import argparse
+import importlib.metadata
 import json
 import os
-import re
+import statistics
 import sys
-import tempfile
 import time
 import traceback
 from functools import partial
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity
 
-from gmlp import GMLPConfig
+from gmlp import GMLPConfig, GMLPForMaskedLM, modeling_gmlp
 from gmlp.modeling_gmlp import GMLPSpatialGatingUnit, TokenLayout
 
-from ..common import interleaved
+from ..common import interleaved, matmul_peak_flops, mlm_batch, paired_ratio
 from . import gpu_parts
 from .gpu import datasheet_peak
-from .gpu_parts import KEPT, MODERN, REFERENCE, Bench, by_kernel, is_matmul
+from .gpu_parts import KEPT, MODERN, REFERENCE, ROUNDS, SIZES, Bench, by_kernel, is_matmul
 
-# Per size: the unit's shape (gMLP-base's: d_ffn 3072, a gate of 1536 channels, one SGU head), the long inputs' lengths
-# and tokens per step, the ceilings' sizes, the seconds of timed calls per case and round, the models' changes to the
-# preset (the step's batch: gpu_parts.BATCH).
-SIZES = {
-    "base": {
-        "unit": {"batch": 64, "length": 512, "intermediate_size": 3072},
-        "long_lengths": (8192, 16384),
-        "long_tokens": 32768,
-        "copy_bytes": 2**30,
-        "matmul": 8192,
-        "min_run_time": 1.0,
-        "model": {},
-    },
-    "tiny": {
-        "unit": {"batch": 2, "length": 32, "intermediate_size": 128},
-        "long_lengths": (64, 128),
-        "long_tokens": 256,
-        "copy_bytes": 2**22,
-        "matmul": 256,
-        "min_run_time": 0.0,
-        "model": {"num_hidden_layers": 2, "max_position_embeddings": 32},  # Triton's interpreter: seconds a block
-    },
+# Per size: the unit's batch, length and d_ffn (the step's model's: a gate of d_ffn / 2, one SGU head), the long
+# inputs' lengths and tokens a step, the seconds of timed calls per case and round, the matmul timed as the ceiling.
+SPECS = {
+    "base": {"unit": (64, 512, 3072), "long": ((8192, 16384), 32768), "min_run_time": 0.5, "matmul": 8192},
+    "tiny": {"unit": (2, 32, 256), "long": ((64, 128), 256), "min_run_time": 0.0, "matmul": 256},
 }
-ROUNDS = 3
-# The unit's least traffic per token outside the spatial products, in gate widths C of bf16 (see `row_bytes`).
-ROW_TRAFFIC = {"forward": 5, "backward": 9}
-BF16_TOLERANCE = 3e-2  # ||out - ref|| / ||ref|| against float64: tests/model/test_bf16.py's tolerance
-STAGES = {}
-
-
-def stage(function):
-    STAGES[function.__name__] = function
-    return function
+KERNELS = ("triton", "torch")  # the sgu_kernel values a stage can measure
+# The unit's cases: model -> (sgu_kernel, recompute in training). Inference takes the first of each kernel.
+UNITS = {"gmlp (torch)": ("torch", True), f"gmlp (torch){KEPT}": ("torch", False), "gmlp (triton)": ("triton", True)}
+# The hybrid's values and gradients pass within this multiple of the PyTorch bf16 unit's largest error against
+# float64 (same device, same inputs). Under the interpreter at three small shapes: PyTorch's 3.8e-3 to 2.6e-2, the
+# hybrid's 3.9e-3 to 9.0e-3, no tensor more than 1.8x PyTorch's own.
+TOLERANCE_FACTOR = 4
+# The unit's traffic outside the spatial products, per token in gate widths C of bf16 (2C bytes), forward and
+# backward (the unit stage's `row_bytes`). PyTorch's: the least a schedule needs that keeps the product P and the
+# normalised gate v: forward Z2 read, v written, Z1 and P read, the output written (5); backward Z1, Z2, dOut, P and v
+# read, dZ1, dZ2 and dM written, W^T dM read (9). The hybrid's, read off its kernels (gmlp/kernels_gmlp.py; the fp32
+# statistics, 8 bytes a token, and W's cast, 2L / batch bytes a token, left out): forward `_gate_norm_kernel` reads Z2
+# and writes v (2), `_combine_kernel` reads P and Z1 and writes `mixed` and the output (4); backward
+# `_mixed_grad_kernel` reads Z2, Z1, dOut and `mixed` and writes v, dM and dZ1 (7), db's sum reads dM (1),
+# `_gate_norm_backward_kernel` reads Z2 and W^T dM and writes dZ2 (3).
+ROW_TRAFFIC = {"torch": {"forward": 5, "backward": 9}, "triton": {"forward": 6, "backward": 11}}
 
 
 class Stage:
     """One stage's record (DIR/NAME.json, rewritten by `save`) and what its measurements share."""
 
-    def __init__(self, name: str, device: str, out: Path, size: str, kernels: list[str]):
+    def __init__(self, name: str, device: str, out: Path, size: str, kernels: list[str], pins=()):
         self.name, self.device, self.out, self.size, self.kernels = name, torch.device(device), out, size, kernels
-        self.spec = SIZES[size]
-        self.on_gpu = self.device.type == "cuda"
+        self.spec, self.pins, self.on_gpu = SPECS[size], pins, self.device.type == "cuda"
         self.device_name = torch.cuda.get_device_name(self.device) if self.on_gpu else self.device.type
-        self.mode = "compiled" if self.on_gpu else "eager"  # compiling on two CPU cores takes minutes
-        self.result = {"stage": name, "device": self.device_name, "size": size, "mode": self.mode, "errors": {}}
-        self.path = out / f"{name}.json"
+        self.backend, self.path = "inductor" if self.on_gpu else "eager", out / f"{name}.json"
         self.start = time.monotonic()
+        self.result = {"stage": name, "device": self.device_name, "size": size, "backend": self.backend, "errors": {}}
 
     def save(self) -> None:
         self.result["seconds"] = round(time.monotonic() - self.start, 1)
@@ -98,343 +80,261 @@ class Stage:
         finally:
             self.save()
 
-    def denominators(self) -> tuple[float | None, float | None]:
-        """MFU's fixed denominator, the datasheet's dense bf16 peak, and the matmul ceiling `ceilings` measured."""
-        ceilings = self.out / "ceilings.json"
-        measured = json.loads(ceilings.read_text()).get("matmul_tflops_bf16") if ceilings.is_file() else None
-        return datasheet_peak(self.device_name), measured and measured * 1e12
+    def keep(self, record: dict, key: str, value) -> None:
+        """`value` under `key` of `record` (a part of this stage's), saved."""
+        record[key] = value
+        self.save()
 
-    def compile(self, function):
-        return torch.compile(function, dynamic=False) if self.mode == "compiled" else function
-
-
-def seconds_per_call(function, min_run_time: float) -> float:
-    """The median seconds of `function()` (the device synchronised), after three warm-up calls."""
-    for _ in range(3):
-        function()
-    return interleaved({"call": function}, 1, min_run_time, warmup=0)["call"][0]
+    def bench(self, models: dict, batch=None, peak=None) -> Bench:
+        """`models` at a fixed batch (default: their size's) for timing, their optimizers' states made."""
+        length = next(iter(models.values())).config.max_position_embeddings
+        datasheet, batch = datasheet_peak(self.device_name), batch or SIZES[self.size]["batch"]
+        found = Bench(self.device, models, length, batch, peak, datasheet, self.spec["min_run_time"], self.backend)
+        found.optimizers = {name: gpu_parts.make_optimizer(model, self.device) for name, model in models.items()}
+        return found
 
 
-@stage
-def ceilings(run: Stage) -> None:
-    """A device-to-device copy (bytes read plus written per second) and a warmed square bf16 matmul."""
-    spec = run.spec
-    source = torch.randn(spec["copy_bytes"] // 2, device=run.device, dtype=torch.bfloat16)
-    target = torch.empty_like(source)
-    seconds = seconds_per_call(partial(target.copy_, source), spec["min_run_time"])
-    run.result |= {"copy_bytes": 2 * source.nbytes, "copy_gbps": 2 * source.nbytes / seconds / 1e9}
-    run.save()
-    size = spec["matmul"]
-    a, b = (torch.randn(size, size, device=run.device, dtype=torch.bfloat16) for _ in range(2))
-    seconds = seconds_per_call(partial(torch.mm, a, b), spec["min_run_time"])
-    datasheet, _ = run.denominators()
-    run.result |= {"matmul_size": size, "matmul_tflops_bf16": 2 * size**3 / seconds / 1e12}
-    run.result["datasheet_tflops_bf16"] = datasheet and datasheet / 1e12
-
-
-def unit_cases(kernels: list[str]) -> dict[str, dict]:
-    """The unit's cases: name -> (sgu_kernel, recompute)."""
-    cases = {"torch (recompute)": {"kernel": "torch", "recompute": True}}
-    cases["torch (kept)"] = {"kernel": "torch", "recompute": False}
-    if "triton" in kernels:
-        cases["triton"] = {"kernel": "triton", "recompute": True}
-    return cases
+def preflight(run: Stage) -> None:
+    """Each pinned wheel imported at its pin (Transformers at the project's least version, which the image's 5.17 is
+    not) and a tiny gMLP's bf16 forward and backward with each unit of `run.kernels` on the device; any failure exits 1
+    with the reason."""
+    versions = {"python": sys.version.split()[0], "torch": torch.__version__, "triton": None, "transformers": None}
+    run.result["versions"] = {name: version or importlib.metadata.version(name) for name, version in versions.items()}
+    for name, version in (pin.split("==") for pin in run.pins):
+        if (installed := importlib.metadata.version(name)) != version:
+            raise RuntimeError(f"{name} {installed} is imported where the wheel list pins {version}: install .whl/")
+    if "triton" in run.kernels and modeling_gmlp.load_sgu_kernel() is None:
+        raise RuntimeError("the Triton unit cannot run here (Triton missing, or no CUDA without TRITON_INTERPRET=1)")
+    run.result["losses"] = {}
+    for kernel in run.kernels:
+        config = GMLPConfig.from_preset("gmlp-tiny", num_hidden_layers=2, sgu_kernel=kernel)
+        torch.manual_seed(0)
+        model = GMLPForMaskedLM(config).to(run.device)
+        input_ids, labels = mlm_batch(2, config.max_position_embeddings, config.vocab_size, run.device)
+        with torch.autocast(run.device.type, dtype=torch.bfloat16):
+            loss = model(input_ids=input_ids, labels=labels).loss
+        loss.backward()
+        if not (loss.isfinite() and all(p.grad.isfinite().all() for p in model.parameters() if p.grad is not None)):
+            raise RuntimeError(f"the {kernel} unit's loss or gradients are not finite")
+        run.result["losses"][kernel] = loss.item()
 
 
 class Unit:
-    """gMLP's spatial gating unit alone (the model's own module, `sgu_kernel` chosen) on bf16 inputs under autocast,
-    W and b drawn away from their near-zero init; forward, or forward and backward to every input."""
+    """gMLP's spatial gating unit alone (the model's own module, `sgu_kernel` chosen, compiled or eager) on bf16 inputs
+    under autocast, W and b drawn away from their near-zero init; in inference (no_grad) or training (forward and the
+    backward to every input)."""
 
-    def __init__(self, run: Stage, kernel: str, recompute: bool, seed: int = 0):
-        shape = run.spec["unit"]
-        config = GMLPConfig(
-            hidden_size=64,  # unused by the unit
-            intermediate_size=shape["intermediate_size"],
-            max_position_embeddings=shape["length"],
-            num_hidden_layers=1,
-            sgu_kernel=kernel,
-        )
+    def __init__(self, run: Stage, kernel: str, recompute: bool, compiled: bool = False, seed: int = 0):
+        batch, length, width = run.spec["unit"]
+        config = GMLPConfig(intermediate_size=width, max_position_embeddings=length, sgu_kernel=kernel)
         torch.manual_seed(seed)
         self.module = GMLPSpatialGatingUnit(config).to(run.device)
         with torch.no_grad():
             for parameter in self.module.parameters():
-                parameter.uniform_(-1.0, 1.0).mul_(1.0 if parameter.ndim == 1 else shape["length"] ** -0.5)
+                parameter.uniform_(-1.0, 1.0).mul_(1.0 if parameter.ndim == 1 else length**-0.5)
         self.device, self.recompute = run.device, recompute
-        self.layout = TokenLayout.sequential(shape["length"], run.device)
+        self.layout = TokenLayout.sequential(length, run.device)
         generator = torch.Generator().manual_seed(seed + 1)
-        batch, length, width = shape["batch"], shape["length"], shape["intermediate_size"]
         self.projected = torch.randn(batch, length, width, generator=generator).to(run.device, torch.bfloat16)
         self.grad = torch.randn(batch, length, width // 2, generator=generator).to(run.device, torch.bfloat16)
-        self.projected.requires_grad_(True)
-        self.inputs = [self.projected, *self.module.parameters()]
-        self.function = run.compile(self.apply)
+        self.inputs = [self.projected.requires_grad_(True), *self.module.parameters()]
+        self.function = torch.compile(self.apply, dynamic=False, backend=run.backend) if compiled else self.apply
 
-    def apply(self, projected):
-        return self.module(projected, layout=self.layout, recompute=self.recompute)
+    def apply(self, projected):  # recompute as the model's blocks do: in training only
+        return self.module(projected, layout=self.layout, recompute=self.recompute and torch.is_grad_enabled())
 
     def forward(self):
         with torch.autocast(self.device.type, dtype=torch.bfloat16):
             return self.function(self.projected)
 
-    def forward_backward(self):
-        return torch.autograd.grad(self.forward(), self.inputs, self.grad)
+    def inference(self):
+        with torch.no_grad():
+            return [self.forward()]
+
+    def training(self):
+        out = self.forward()
+        return [out, *torch.autograd.grad(out, self.inputs, self.grad)]
+
+    def float64(self) -> list[torch.Tensor]:
+        """The PyTorch unit's output and gradients in float64 from the same parameters and inputs."""
+        self.module.double()
+        projected = self.projected.detach().double().requires_grad_(True)
+        with torch.autocast(self.device.type, enabled=False):
+            out = self.module.gating(projected, self.layout, None, None)
+        return [out.detach(), *torch.autograd.grad(out, [projected, *self.module.parameters()], self.grad.double())]
 
 
-def relative_errors(unit: Unit, reference: Unit) -> dict[str, float]:
-    """||got - ref|| / ||ref|| of the output and of every gradient, `reference` (the PyTorch unit) in float64."""
-    got = [unit.forward(), *unit.forward_backward()]
-    reference.module.double()
-    projected = reference.projected.detach().double().requires_grad_(True)
-    with torch.autocast(reference.device.type, enabled=False):
-        out = reference.module.gating(projected, reference.layout, None, None)
-    expected = [out, *torch.autograd.grad(out, [projected, *reference.module.parameters()], reference.grad.double())]
-    names = ["output", "grad projected"] + [f"grad {name}" for name, _ in reference.module.named_parameters()]
-    return {
-        name: float((a.detach().double() - b).norm() / b.norm())
-        for name, a, b in zip(names, got, expected, strict=True)
-    }
+def relative_errors(case, expected: list[torch.Tensor]) -> dict[str, float]:
+    """||got - expected|| / ||expected|| of the output and of every gradient that `case()` gives."""
+    got, names = case(), ["output", "grad projected", "grad norm weight", "grad norm bias", "grad W", "grad b"]
+    return {name: float((a.detach().double() - b).norm() / b.norm()) for name, a, b in zip(names, got, expected)}
 
 
-def kernel_times(function, device: torch.device, calls: int = 3) -> dict[str, dict]:
-    """`function`'s kernels by torch.profiler (on the CPU its operators): ms and launches per call, largest first."""
-    on_gpu = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    function()
-    with torch.profiler.profile(activities=activities) as profiler:
-        for _ in range(calls):
-            function()
-        if on_gpu:
-            torch.cuda.synchronize(device)
-    return by_kernel(profiler, on_gpu, calls)
-
-
-def row_bytes(tokens: int, gate: int) -> dict[str, int]:
-    """The least bf16 traffic of the unit's passes around cuBLAS products (the products' own reads and writes not
-    counted), per direction. Forward: z2 read, the normalised gate v written for the product, z1 and the product P
-    read, the output written (5 C per token). Backward: z1, z2, dOut, P and v read, dZ1, dZ2 and dM = dOut * GELU(z1)
-    written, the product W^T dM read (9 C), with P and v kept from the forward."""
-    return {direction: 2 * tokens * gate * width for direction, width in ROW_TRAFFIC.items()}
-
-
-@stage
 def unit(run: Stage) -> None:
-    """The unit alone: values and gradients of every case against float64 (the Triton unit is timed only if within
-    the bf16 tolerance), forward and forward+backward paired over rounds, the cuBLAS products alone, and the kernels
-    of each case by the profiler: the products' TFLOP/s, the other kernels' GB/s against `row_bytes`."""
-    shape = run.spec["unit"]
-    batch, length, gate = shape["batch"], shape["length"], shape["intermediate_size"] // 2
-    tokens, flops = batch * length, 2 * batch * length * length * gate  # one spatial product
-    run.result |= {"shape": shape | {"gate": gate, "sgu_heads": 1}, "product_flops": flops}
-    run.result["row_bytes"] = row_bytes(tokens, gate)
-    cases = {}
-    for name, case in unit_cases(run.kernels).items():
-        cases[name] = run.attempt(f"build {name}", partial(Unit, run, case["kernel"], case["recompute"]))
-    if "triton" in cases:
-
-        def check():
-            errors = relative_errors(cases["triton"], Unit(run, "torch", recompute=False))
-            run.result["triton_errors"] = errors
-            run.result["triton_correct"] = all(error <= BF16_TOLERANCE for error in errors.values())
-            if not run.result["triton_correct"]:
-                cases.pop("triton")
-
-        run.attempt("check triton", check)
-        if "triton_correct" not in run.result:
-            run.result["triton_correct"] = False
-            cases.pop("triton", None)
-    cases = {name: unit for name, unit in cases.items() if unit is not None}
-    calls = {
-        f"{name} {part}": getattr(unit, part)
-        for name, unit in cases.items()
-        for part in ("forward", "forward_backward")
-    }
+    """The unit alone: every case's values against float64 (the hybrid left out beyond the tolerance), then all cases
+    timed side by side over rounds (the rows saved after each), then each training case's kernels."""
+    batch, length, width = run.spec["unit"]
+    tokens, gate = batch * length, width // 2
+    run.result["shape"] = {"batch": batch, "length": length, "intermediate_size": width, "gate": gate, "sgu_heads": 1}
+    run.result["gpu"] = {"training": [], "inference": []}
+    row_bytes = {kernel: ROW_TRAFFIC[kernel].items() for kernel in run.kernels}  # bf16: 2 bytes a number
+    run.result["row_bytes"] = {k: {way: 2 * tokens * gate * n for way, n in row_bytes[k]} for k in run.kernels}
+    expected = run.attempt("float64", lambda: Unit(run, "torch", False).float64())
+    cases, errors = {}, {}  # "model task mode" -> the function timed, its errors against float64
+    for model, (kernel, recompute) in UNITS.items():
+        for mode in ("eager", "compiled") if kernel in run.kernels else ():
+            built = run.attempt(f"{model} {mode}", partial(Unit, run, kernel, recompute, mode == "compiled"))
+            for task in (("training", "inference") if recompute else ("training",)) if built else ():
+                name, case = f"{model} {task} {mode}", getattr(built, task)
+                if (found := run.attempt(name, partial(relative_errors, case, expected))) is not None:
+                    cases[name], errors[name] = case, found
+    baseline = max(errors.get("gmlp (torch) training eager", {"none": float("nan")}).values())
+    hybrid = errors.get("gmlp (triton) training eager", {})
+    correct = bool(hybrid) and all(error <= TOLERANCE_FACTOR * baseline for error in hybrid.values())
+    run.result["check"] = {"baseline": baseline, "tolerance": TOLERANCE_FACTOR * baseline, "hybrid_correct": correct}
+    cases = {name: case for name, case in cases.items() if correct or not name.startswith("gmlp (triton)")}
 
     def timing():
-        measured = interleaved(calls, ROUNDS, run.spec["min_run_time"])
-        medians = {key: sorted(times)[len(times) // 2] for key, times in measured.items()}
-        run.result["times"] = measured
-        run.result["cases"] = {
-            name: {
-                "forward_ms": 1e3 * medians[f"{name} forward"],
-                "backward_ms": 1e3 * (medians[f"{name} forward_backward"] - medians[f"{name} forward"]),
-                "forward_backward_ms": 1e3 * medians[f"{name} forward_backward"],
-                "forward_backward_ns_per_token": 1e9 * medians[f"{name} forward_backward"] / tokens,
-            }
-            for name in cases
-        }
+        measured = {name: [] for name in cases}
+        for _ in range(ROUNDS):
+            for name, seconds in interleaved(cases, 1, run.spec["min_run_time"], warmup=0).items():
+                measured[name] += seconds
+            for task in ("training", "inference"):
+                rows = [unit_row(name, measured, errors, tokens) for name in cases if f" {task} " in name]
+                run.result["gpu"][task] = rows
+            run.save()
 
     run.attempt("timing", timing)
-    run.attempt("products", partial(products, run, batch, length, gate))
-    for name, unit in cases.items():
-        run.attempt(f"kernels {name}", partial(unit_kernels, run, name, unit))
+    for model, (kernel, _) in UNITS.items():
+        mode = "compiled" if f"{model} training compiled" in cases else "eager"
+        if f"{model} training {mode}" in cases:
+            run.attempt(f"kernels {model}", partial(unit_kernels, run, model, mode, kernel, cases))
 
 
-def products(run: Stage, batch: int, length: int, gate: int) -> None:
-    """The spatial products alone through cuBLAS (bf16): W @ v as the model's broadcast matmul (a bmm), W^T @ dM,
-    and dW = dM v^T over the batch as one GEMM of depth batch x gate (operands laid out for it)."""
-    device, flops = run.device, 2 * batch * length * length * gate
-    weight = torch.randn(length, length, device=device, dtype=torch.bfloat16)
-    gate_input, grad = (torch.randn(batch, length, gate, device=device, dtype=torch.bfloat16) for _ in range(2))
-    flat_grad, flat_gate = (torch.randn(length, batch * gate, device=device, dtype=torch.bfloat16) for _ in range(2))
-    cases = {
-        "W @ v (bmm)": partial(torch.matmul, weight, gate_input),
-        "W^T @ dM (bmm)": partial(torch.matmul, weight.t(), grad),
-        "dW = dM v^T (mm)": partial(torch.matmul, flat_grad, flat_gate.t()),
-    }
-    measured = interleaved(cases, ROUNDS, run.spec["min_run_time"])
-    run.result["products"] = {
-        name: {"ms": 1e3 * min(times), "tflops": flops / min(times) / 1e12} for name, times in measured.items()
-    }
+def unit_row(name: str, measured: dict, errors: dict, tokens: int) -> dict:
+    """A case's row: its median time, tokens/s, its speed over PyTorch's unit in the same task and mode (paired by
+    round; None without it) and its errors against float64."""
+    model, task, mode = name.rsplit(" ", 2)
+    seconds = statistics.median(measured[name])
+    torch_name = f"gmlp (torch) {task} {mode}"
+    versus = paired_ratio(measured, name, torch_name) if torch_name in measured else None
+    found = {"model": model, "mode": mode, "ms": 1e3 * seconds, "tokens_per_second": tokens / seconds}
+    return found | {"versus_torch": versus, "errors": errors[name], "max_error": max(errors[name].values())}
 
 
-def unit_kernels(run: Stage, name: str, unit: Unit) -> None:
-    """`name`'s kernels forward and forward+backward (the backward's the difference), ms and launches per call; per
-    direction the products' time and TFLOP/s (each launch one product of `product_flops`), the other kernels' time and
-    GB/s against `row_bytes`."""
-    forward = kernel_times(unit.forward, run.device)
-    both = kernel_times(unit.forward_backward, run.device)
-    zero = {"ms": 0.0, "launches": 0.0}
-    backward = {key: {k: row[k] - forward.get(key, zero)[k] for k in zero} for key, row in both.items()}
-    found = {"forward": forward, "forward_backward": both}
-    for direction, kernels in (("forward", forward), ("backward", backward)):
-        matmuls = [row for key, row in kernels.items() if is_matmul(key)]
-        matmul_ms, launches = sum(row["ms"] for row in matmuls), sum(row["launches"] for row in matmuls)
-        row_ms = sum(row["ms"] for key, row in kernels.items() if not is_matmul(key))
-        found[direction + "_summary"] = {
-            "matmul_ms": matmul_ms,
-            "matmul_launches": launches,
-            "matmul_tflops": launches * run.result["product_flops"] / matmul_ms / 1e9 if matmul_ms else None,
-            "row_ms": row_ms,
-            "row_gbps_of_least_bytes": run.result["row_bytes"][direction] / row_ms / 1e6 if row_ms else None,
-        }
-    run.result.setdefault("kernels", {})[name] = found
+def unit_kernels(run: Stage, model: str, mode: str, kernel: str, cases: dict) -> None:
+    """`model`'s unit in training by the profiler's kernels (ms and launches a call): the products' time and TFLOP/s,
+    the others' time and GB/s of `row_bytes` (forward and backward together)."""
+    batch, length, width = run.spec["unit"]
+    profiler = gpu_parts.profiled(cases[f"{model} training {mode}"], run.device, calls=3)
+    kernels = by_kernel(profiler, run.on_gpu, calls=3)
+    flops = 3 * batch * length**2 * width  # W v, W^T dM and dM v^T, 2 x batch x L x L x C each
+    matmul_ms = sum(row["ms"] for key, row in kernels.items() if is_matmul(key))
+    row_ms = sum(row["ms"] for key, row in kernels.items() if not is_matmul(key))
+    least = sum(run.result["row_bytes"][kernel].values())
+    found = {"matmul_ms": matmul_ms, "matmul_tflops": flops / matmul_ms / 1e9 if matmul_ms else None}
+    found |= {"row_ms": row_ms, "row_gbps": least / row_ms / 1e6 if row_ms else None, "kernels": kernels}
+    run.result.setdefault("kernels", {})[f"{model} {mode}"] = found
 
 
-def gmlp_names(kernels: list[str]) -> list[str]:
-    """The step's gMLP models: each unit, and PyTorch's with its activations kept."""
-    names = [f"gmlp ({kernel})" for kernel in ("torch", "triton") if kernel in kernels]
-    return names[:1] + [f"gmlp (torch){KEPT}"] + names[1:]
+def compiled_or_eager(run: Stage, bench: Bench, name: str, task: str) -> str:
+    """The mode to time `name` in: compiled, but the hybrid eager where its compiled step fails (its error kept)."""
+    if "triton" not in name:
+        return "compiled"
+    bench.set_mode(bench.models[name], "compiled")
+    with torch.inference_mode(task == "inference"):
+        compiled = run.attempt(f"{name} {task} compiled", lambda: bench.step(name, task)[0]() or True)
+    bench.set_mode(bench.models[name], "eager")
+    return "compiled" if compiled else "eager"
 
 
-def bench(run: Stage, names: list[str], batch: int | None = None, **overrides) -> Bench:
-    """The models `names` (gMLP's preset with `overrides`) at a fixed batch (default: gpu_parts.BATCH), their
-    optimizers' states made, MFU's denominators set."""
-    models = gpu_parts.build(run.size, run.device, names, **run.spec["model"] | overrides)
-    length = next(iter(models.values())).config.max_position_embeddings
-    datasheet, measured = run.denominators()
-    batches = {"bf16": dict.fromkeys(models, batch or gpu_parts.BATCH[run.size])}
-    found = Bench(run.device, models, length, measured, datasheet, ROUNDS, run.spec["min_run_time"], batches)
-    found.optimizers = {name: gpu_parts.make_optimizer(model, run.device) for name, model in models.items()}
-    run.result["mfu_denominator_tflops"] = datasheet and datasheet / 1e12
-    run.result["matmul_ceiling_tflops"] = measured and measured / 1e12
-    return found
-
-
-@stage
 def step(run: Stage) -> None:
-    """The bf16 MLM training step of gMLP-base with each unit (compiled), paired over rounds, tokens/s and MFU."""
-    names = gmlp_names(run.kernels)
-    found = bench(run, names)
-    run.result |= {"models": gpu_parts.describe(found.models), "length": found.length, "batch": found.batches["bf16"]}
-    run.result["training"] = gpu_parts.time_group(found, "training", "bf16", dict.fromkeys(names, run.mode)).rows
-
-
-@stage
-def long(run: Stage) -> None:
-    """Long inputs: gMLP (a Toeplitz W, the FFT product) against BERT and ModernBERT with SDPA at equal parameters,
-    bf16 training and inference (eager), at a fixed number of tokens per step: tokens/s and peak memory."""
-    lengths = run.spec["long_lengths"]
-    toeplitz = {"spatial_weight_type": "toeplitz", "spatial_fft_min_length": min(lengths)}
-    run.result |= {"tokens_per_step": run.spec["long_tokens"], "gmlp": toeplitz, "lengths": {}}
-    for length in lengths:
-        run.attempt(f"length {length}", partial(long_rows, run, length, toeplitz))
-        gpu_parts.free_memory_of(run.device)
-
-
-def long_rows(run: Stage, length: int, toeplitz: dict) -> None:
-    """The long stage's rows at one length, training then inference, each saved as it is measured."""
-    names, batch = ["gmlp (torch)", REFERENCE, MODERN], max(1, run.spec["long_tokens"] // length)
-    found = bench(run, names, batch, max_position_embeddings=length, **toeplitz)
-    rows = {"batch": batch, "models": gpu_parts.describe(found.models)}
-    run.result["lengths"][str(length)] = rows
+    """The bf16 MLM training step, then the encoder's inference, of gMLP with each unit, BERT and ModernBERT at equal
+    parameters and shape (compiled), paired over rounds (rows saved after each); then one training step of each gMLP by
+    the profiler, with the gating unit's share. Its section renders as the gpu section's tables (gpu.render)."""
+    names = [f"gmlp ({kernel})" for kernel in KERNELS[::-1] if kernel in run.kernels] + [REFERENCE, MODERN]
+    peak = matmul_peak_flops(run.device, torch.bfloat16, size=run.spec["matmul"])
+    bench = run.bench(gpu_parts.build(run.size, run.device, names), peak=peak)
+    section = run.result["gpu"] = {"device": run.device_name, "size": run.size, "length": bench.length, "not_run": []}
+    section |= {"batch": bench.batch, "models": gpu_parts.describe(bench.models), "errors": run.result["errors"]}
+    datasheet = bench.datasheet and bench.datasheet / 1e12
+    section |= {"matmul_peak_tflops_bf16": peak / 1e12, "datasheet_peak_tflops_bf16": datasheet}
     for task in ("training", "inference"):
-        rows[task] = run.attempt(
-            f"{task} {length}",
-            lambda task=task: gpu_parts.time_group(found, task, "bf16", dict.fromkeys(names, "eager")).rows,
+        modes = {name: compiled_or_eager(run, bench, name, task) for name in names}
+        run.attempt(task, partial(gpu_parts.time_group, bench, task, modes, save=partial(run.keep, section, task)))
+        gpu_parts.free_memory()
+    clock = "CUDA kernel time by kernel" if run.on_gpu else "self CPU time by operator"
+    section["profile"] = {"clock": clock, "steps": 1, "cases": {}}
+    for row in (row for row in section.get("training", []) if row["model"].startswith("gmlp")):
+        profiled = partial(gpu_parts.kernel_profile, bench, row["model"], row["mode"])
+        if found := run.attempt(f"profile {row['model']}", profiled):
+            found["gating_unit_share_estimate"] = unit_share(run, bench, row)
+            section["profile"]["cases"][f"{row['model']} bf16 {row['mode']}"] = found
+
+
+def unit_share(run: Stage, bench: Bench, step_row: dict) -> float | None:
+    """The gating unit's share of a gMLP training step: the layers times the unit stage's time of the same unit and
+    mode (its products included) over the step's time; None without that row."""
+    record = json.loads(path.read_text()) if (path := run.out / "unit.json").is_file() else {}
+    ms = {(row["model"], row["mode"]): row["ms"] for row in record.get("gpu", {}).get("training", [])}
+    ms = ms.get((step_row["model"], step_row["mode"]))
+    layers = bench.models[step_row["model"]].config.num_hidden_layers
+    return ms and layers * ms / 1e3 / (bench.batch * bench.length / step_row["tokens_per_second"])
+
+
+def long(run: Stage) -> None:
+    """Long inputs: gMLP with a Toeplitz W against BERT with SDPA at equal parameters, bf16 training then inference,
+    eager, a fixed number of tokens a step: tokens/s and peak memory. gMLP with the PyTorch unit (the FFT product, the
+    model's choice at these lengths) and, where the step found the hybrid faster (`run.kernels`' first), with the
+    hybrid (the direct product: the FFT's length set beyond; W, L x L, kept by each block), each beside BERT in a group
+    of its own models, so that one that does not fit leaves the other's rows."""
+    lengths, tokens = run.spec["long"]
+    toeplitz = {"spatial_weight_type": "toeplitz", "spatial_fft_min_length": min(lengths)}
+    run.result |= {"faster_unit": run.kernels[0], "tokens_per_step": tokens, "gmlp": toeplitz, "gpu": {}}
+    for length in lengths:
+        groups = {"torch": toeplitz} | {"triton": toeplitz | {"spatial_fft_min_length": 2 * length}}
+        for unit in ("torch", "triton") if run.kernels[0] == "triton" else ("torch",):
+            rows = run.result["gpu"].setdefault(str(length), {})[f"gmlp ({unit})"] = {}
+            run.attempt(f"gmlp ({unit}) at {length}", partial(long_rows, run, length, unit, groups[unit], rows))
+            gpu_parts.free_memory()
+
+
+def long_rows(run: Stage, length: int, unit: str, overrides: dict, rows: dict) -> None:
+    """gMLP with `unit` (and `overrides`) beside BERT at `length`, training then inference, saved after every round."""
+    models = gpu_parts.build(
+        run.size, run.device, [f"gmlp ({unit})", REFERENCE], max_position_embeddings=length, **overrides
+    )
+    bench = run.bench(models, batch=max(1, run.spec["long"][1] // length))
+    rows |= {"batch": bench.batch, "models": gpu_parts.describe(models)}
+    for task in ("training", "inference"):
+        timed = partial(
+            gpu_parts.time_group, bench, task, dict.fromkeys(models, "eager"), save=partial(run.keep, rows, task)
         )
+        run.attempt(f"gmlp ({unit}) {task} {length}", timed)
 
 
-@stage
-def profile(run: Stage) -> None:
-    """One training step of each gMLP unit and of BERT at equal parameters (compiled) by the profiler's kernels."""
-    names = [*gmlp_names(run.kernels), REFERENCE]
-    found = bench(run, names)
-    run.result |= {"models": gpu_parts.describe(found.models), "batch": found.batches["bf16"]}
-    run.result |= gpu_parts.kernel_profile(found, names, steps=1, modes=(run.mode,), top=20).value
-
-
-def has_setting(config, key: str) -> bool:
-    """Whether the config module has `key` (dotted for its classes: "trace.enabled")."""
-    head, _, rest = key.partition(".")
-    return hasattr(config, head) and (not rest or has_setting(getattr(config, head), rest))
-
-
-BANDWIDTH_LINE = re.compile(r"([\d.]+)ms\s+([\d.]+) GB\s+([\d.]+)GB/s\s+([\d.]+)%\s+(\S+)")
-
-
-@stage
-def bandwidth(run: Stage) -> None:
-    """Inductor's bandwidth profile (`profile_bandwidth`: each generated Triton kernel timed once, with its bytes) and
-    debug trace (`trace`: the FX graphs, the IR and the generated code) of the compiled unit, caches off so that it
-    compiles; the profile parsed, and the trace's text files in the record. On the CPU inductor writes C++ kernels,
-    which its bandwidth profile does not time: the code alone."""
-    from torch._inductor import config
-
-    work = Path(tempfile.mkdtemp(prefix="gmlp_bandwidth_"))
-    output = work / "bandwidth.txt"
-    settings = {"profile_bandwidth": True, "profile_bandwidth_output": str(output), "force_disable_caches": True}
-    settings |= {"trace.enabled": True, "trace.debug_dir": str(work / "trace")}
-    run.result["inductor_config"] = {key: has_setting(config, key) for key in settings}  # which this torch has
-    with config.patch({key: value for key, value in settings.items() if run.result["inductor_config"][key]}):
-        for name, case in unit_cases(run.kernels).items():
-            if case["kernel"] == "triton" and not run.on_gpu:
-                continue  # a Triton op compiles on a GPU only
-
-            def compiled(case=case):
-                unit = Unit(run, case["kernel"], case["recompute"])
-                unit.function = torch.compile(unit.apply, dynamic=False)
-                unit.forward_backward()
-
-            run.attempt(name, compiled)
-    text = output.read_text() if output.is_file() else ""
-    run.result["profile_text"] = text
-    run.result["kernels"] = [
-        {"ms": float(ms), "gb": float(gb), "gbps": float(gbps), "percent": float(share), "kernel": kernel}
-        for ms, gb, gbps, share, kernel in BANDWIDTH_LINE.findall(text)
-    ]
-    run.result["trace"] = {
-        str(path.relative_to(work)): path.read_text(errors="replace")
-        for path in sorted((work / "trace").rglob("*"))
-        if path.is_file() and path.suffix in (".py", ".txt") and path.stat().st_size < 2**21
-    }
+STAGES = {"preflight": preflight, "unit": unit, "step": step, "long": long}
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.speed.gpu_stages", description=__doc__)
-    parser.add_argument("stage", choices=list(STAGES))
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-run-out")))
-    parser.add_argument("--size", choices=list(SIZES), help="default: base on a GPU, tiny on the CPU")
-    parser.add_argument("--kernels", default="triton,torch", help="the sgu_kernel values to measure")
+    add = parser.add_argument
+    add("stage", choices=list(STAGES))
+    add("--device", default="cuda")
+    add("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-run-out")))
+    add("--kernels", default="triton,torch", help="the units measured (long: the first)")
+    add("--pins", default="", help="preflight: the wheels' NAME==VERSION, comma-separated")
     args = parser.parse_args(argv)
-    size = args.size or ("base" if args.device.startswith("cuda") else "tiny")
-    if args.device.startswith("cuda"):
+    if not set(kernels := args.kernels.split(",")) <= set(KERNELS):
+        parser.error(f"--kernels {args.kernels!r}: give some of {', '.join(KERNELS)}, comma-separated")
+    if on_gpu := args.device.startswith("cuda"):
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # before CUDA starts
     else:
         torch.set_num_threads(1)  # tiny steps on two threads spend their time in OpenMP's waits
-    torch._dynamo.config.recompile_limit = 128
+    torch._dynamo.config.recompile_limit = 128  # the blocks of every model share one code object
     torch._dynamo.config.fail_on_recompile_limit_hit = True
-    run = Stage(args.stage, args.device, args.out, size, args.kernels.split(","))
+    pins = [pin for pin in args.pins.split(",") if pin]
+    run = Stage(args.stage, args.device, args.out, "base" if on_gpu else "tiny", kernels, pins)
     try:
         STAGES[args.stage](run)
     except KeyboardInterrupt:

@@ -1,6 +1,6 @@
 """Sequence-length scaling at constant tokens per step, forward + backward: gMLP's spatial projection alone (dense W,
-Toeplitz direct, Toeplitz FFT) and whole encoders (gMLP on each path, aMLP, BERT with SDPA) against length. The gpu
-section measures the FFT's cross-over on the device with the same function."""
+Toeplitz direct, Toeplitz FFT) and whole encoders (gMLP on each path, aMLP, BERT with SDPA) against length (on a
+GPU with `--device cuda`: where the FFT overtakes the direct product there)."""
 
 import statistics
 import sys
@@ -9,7 +9,7 @@ from functools import partial
 import torch
 
 from ..common import interleaved, paired_ratio, table, times
-from .models import SMALL, encoder, encoder_step_fn, in_precision
+from .models import SMALL, encoder, encoder_step_fn
 
 # gMLP's Toeplitz W multiplied as a dense matrix (never the FFT), or always by FFT.
 SPATIAL_PATHS = {
@@ -17,38 +17,33 @@ SPATIAL_PATHS = {
     "Toeplitz direct": {"spatial_fft_min_length": 10**9},
     "Toeplitz FFT": {"spatial_fft_min_length": 1},
 }
-DEFAULT_PATH = {"Toeplitz default": {}}  # the model's own choice of direct product or FFT
 
 
 def spatial_step(module, gate) -> None:
     module(gate).sum().backward()
 
 
-def measure_lengths(
-    lengths, tokens, layers, rounds, *, shape=SMALL, device="cpu", precision="fp32", paths=SPATIAL_PATHS
-):
-    """Per length: the spatial projection alone on each of `paths`, then encoders (gMLP on each, aMLP, BERT)."""
-    results = {"tokens_per_step": tokens, "encoder_layers": layers, "precision": precision, "lengths": {}}
-    for length in lengths:
+def measure(args) -> dict:
+    """Per length: the spatial projection alone on each of SPATIAL_PATHS, then encoders (gMLP on each, aMLP, BERT)."""
+    tokens, layers, device = args.scaling_tokens, args.scaling_layers, args.device
+    results = {"tokens_per_step": tokens, "encoder_layers": layers, "precision": "fp32", "lengths": {}}
+    for length in args.lengths:
         batch = max(1, tokens // length)
-        gate = torch.randn(batch, length, shape["intermediate_size"] // 2, device=device, requires_grad=True)
+        gate = torch.randn(batch, length, SMALL["intermediate_size"] // 2, device=device, requires_grad=True)
         steps = {}
-        for name, overrides in paths.items():
-            one_block = encoder("gmlp", length, shape={**shape, "num_hidden_layers": 1}, **overrides)
+        for name, overrides in SPATIAL_PATHS.items():
+            one_block = encoder("gmlp", length, shape={**SMALL, "num_hidden_layers": 1}, **overrides)
             module = one_block.get_submodule("encoder.layer.0.sgu.spatial_proj").to(device)
-            steps[name] = in_precision(partial(spatial_step, module, gate), precision, device)
-        spatial = interleaved(steps, rounds)
+            steps[name] = partial(spatial_step, module, gate)
+        spatial = interleaved(steps, args.rounds)
         del steps, module, one_block  # a dense W (1 GiB at 16,384 tokens) and its gradient, before the encoders
-        encoders = {f"gmlp {name}": encoder("gmlp", length, layers, shape, **o) for name, o in paths.items()}
-        encoders["amlp"] = encoder("amlp", length, layers, shape)
+        encoders = {f"gmlp {name}": encoder("gmlp", length, layers, **o) for name, o in SPATIAL_PATHS.items()}
+        encoders["amlp"] = encoder("amlp", length, layers)
         # Attention dropout off so that BERT takes SDPA's memory-efficient path at long lengths.
-        encoders["BERT"] = encoder("BERT (sdpa)", length, layers, shape)
-        input_ids = torch.randint(5, shape["vocab_size"], (batch, length), device=device)
-        steps = {
-            name: in_precision(encoder_step_fn(model.to(device), input_ids, training=True), precision, device)
-            for name, model in encoders.items()
-        }
-        measured = interleaved(steps, rounds)
+        encoders["BERT"] = encoder("BERT (sdpa)", length, layers)
+        input_ids = torch.randint(5, SMALL["vocab_size"], (batch, length), device=device)
+        steps = {name: encoder_step_fn(model.to(device), input_ids, training=True) for name, model in encoders.items()}
+        measured = interleaved(steps, args.rounds)
         results["lengths"][length] = {
             "batch_size": batch,
             "spatial_projection_ms": {n: 1e3 * statistics.median(t) for n, t in spatial.items()},
@@ -60,16 +55,6 @@ def measure_lengths(
             model.cpu()
         print(f"  length {length}: done", file=sys.stderr, flush=True)
     return results
-
-
-def crossover(result: dict) -> int | None:
-    """The shortest length from which on the spatial FFT is at least as fast as the direct product (None: never)."""
-    slower = [int(length) for length, row in result["lengths"].items() if row["fft_vs_direct_spatial"] < 1]
-    return min((int(length) for length in result["lengths"] if int(length) > max(slower, default=0)), default=None)
-
-
-def measure(args) -> dict:
-    return measure_lengths(args.lengths, args.scaling_tokens, args.scaling_layers, args.rounds, device=args.device)
 
 
 def render(s: dict) -> dict[str, list[str]]:

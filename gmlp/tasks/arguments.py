@@ -1,5 +1,6 @@
 """Parsing: the dataclasses the scripts share, and the command line (flags, or a `.json` file then flags) read into
-them; an unknown flag is an error naming what to pass instead."""
+them; an unknown flag is an error naming what to pass instead, a number out of its option's range one naming the
+range."""
 
 import argparse
 import dataclasses
@@ -16,7 +17,7 @@ from transformers import HfArgumentParser, TrainingArguments
 from transformers.hf_argparser import HfArg
 
 from ..configuration_gmlp import PRESETS, VISION_PRESETS
-from .errors import ScriptError
+from .errors import ParserErrors, Range, ScriptError, check_ranges
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,51 @@ UPSTREAM_FLAGS = {
     "overwrite_cache": "not an option here: `datasets` keys its cache on the data and the code, so it is never stale; drop it",
 }
 
+SEED = Range(at_least=0, at_most=2**32 - 1)  # numpy's seeds
+# The range of every numeric option of the scripts: their own, and TrainingArguments' where Transformers or torch
+# would refuse a value with a traceback (or mid-run), or run without a word as if another value had been given.
+RANGES = {
+    "--max_seq_length": Range(at_least=1),
+    "--preprocessing_num_workers": Range(at_least=1),
+    "--max_train_samples": Range(at_least=1),
+    "--max_eval_samples": Range(at_least=1),
+    "--max_predict_samples": Range(at_least=1),
+    "--validation_split_percentage": Range(at_least=1, at_most=99),
+    "--mlm_probability": Range(above=0, below=1),
+    "--eval_mask_seed": SEED,
+    "--doc_stride": Range(at_least=0),
+    "--n_best_size": Range(at_least=1),
+    "--max_answer_length": Range(at_least=1),
+    "--null_score_diff_threshold": Range(),
+    # TrainingArguments'
+    "--per_device_train_batch_size": Range(at_least=1),
+    "--per_device_eval_batch_size": Range(at_least=1),
+    "--gradient_accumulation_steps": Range(at_least=1),
+    "--eval_accumulation_steps": Range(at_least=1),
+    "--num_train_epochs": Range(above=0),
+    "--max_steps": Range(at_least=1, unset=(-1, "train for --num_train_epochs")),
+    "--learning_rate": Range(at_least=0),
+    "--warmup_steps": Range(at_least=0),
+    "--weight_decay": Range(at_least=0),
+    "--adam_beta1": Range(at_least=0, below=1),
+    "--adam_beta2": Range(at_least=0, below=1),
+    "--adam_epsilon": Range(at_least=0),
+    "--max_grad_norm": Range(at_least=0),  # 0: no clipping
+    "--label_smoothing_factor": Range(at_least=0, at_most=1),
+    "--neftune_noise_alpha": Range(at_least=0),
+    "--logging_steps": Range(above=0),  # these three: below 1, a share of the run's steps
+    "--eval_steps": Range(above=0),
+    "--save_steps": Range(above=0),
+    "--eval_delay": Range(at_least=0),
+    "--save_total_limit": Range(at_least=1),
+    "--seed": SEED,
+    "--data_seed": SEED,
+    "--dataloader_num_workers": Range(at_least=0),
+    "--dataloader_prefetch_factor": Range(at_least=1),
+    "--ddp_timeout": Range(at_least=1),
+    "--ddp_bucket_cap_mb": Range(at_least=1),
+}
+
 
 @dataclass
 class ModelArguments:
@@ -68,7 +114,10 @@ class ModelArguments:
     config_name: str | None = HfArg(
         default=None, help=f"A new model: a preset ({', '.join(PRESETS | VISION_PRESETS)}), config folder or Hub id."
     )
-    config_overrides: str | None = HfArg(default=None, help="Fields to set, e.g. num_hidden_layers=2,hidden_size=64.")
+    config_overrides: str | None = HfArg(
+        default=None,
+        help="Fields to set, e.g. num_hidden_layers=2,hidden_size=64. On a checkpoint, max_position_embeddings=N changes n, keeping the learned spatial weights.",
+    )
     tokenizer_name: str | None = HfArg(default=None, help="A tokenizer directory or Hub id, if not the model's.")
     cache_dir: str | None = HfArg(default=None, help="Where to cache Hub downloads.")
     model_revision: str = HfArg(default="main", help="Branch, tag or commit of a Hub model.")
@@ -128,6 +177,10 @@ class AnyDeviceTrainingArguments(TrainingArguments):
         super().__post_init__()
 
 
+class ScriptArgumentParser(ParserErrors, HfArgumentParser):
+    """`HfArgumentParser`, its errors (a value of the wrong type, a choice that is not one) `ScriptError`s."""
+
+
 def parse_arguments(*dataclass_types, argv: list[str]) -> tuple:
     """`argv` (flags, after an optional `.json` file whose values they override) as instances of `dataclass_types`
     (`TrainingArguments` standing for `AnyDeviceTrainingArguments`)."""
@@ -141,11 +194,12 @@ def parse_arguments(*dataclass_types, argv: list[str]) -> tuple:
             raise ScriptError(f"The arguments file {path}: {unknown_options(unknown, options)}")
     # argparse fills in the defaults only of what the namespace lacks: the file's values stay unless a flag is given,
     # and an option still UNSET afterwards was given by neither.
-    parser = HfArgumentParser(types)
+    parser = ScriptArgumentParser(types)
     unset = {PIN_MEMORY: UNSET} if PIN_MEMORY in options else {}
     values, extra = parser.parse_known_args(argv, namespace=argparse.Namespace(**(unset | from_file)))
     if extra:
         raise ScriptError(f"Unknown command-line arguments: {unknown_flags(extra, options)}")
+    check_ranges(values, RANGES)
     if getattr(values, PIN_MEMORY, None) is UNSET:
         # The Trainer pins memory by default; without an accelerator that does nothing but make torch warn.
         setattr(values, PIN_MEMORY, torch.accelerator.is_available())

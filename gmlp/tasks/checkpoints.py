@@ -89,8 +89,6 @@ def resolve_checkpoint(training_args) -> str | None:
     path = training_args.resume_from_checkpoint
     if path is None:
         return None
-    if not Path(path).is_dir():
-        raise ScriptError(f"--resume_from_checkpoint {path!r} is not a directory; pass a checkpoint-* folder.")
     skipped = []
     for checkpoint in checkpoint_folders(Path(path))[::-1] or [Path(path)]:
         if problem := checkpoint_problem(checkpoint):

@@ -31,8 +31,6 @@ def load_digits_dataset(validation_fraction: float = 0.2, seed: int = 0) -> data
 
 def load_image_folder(folder: str, flag: str, split: str, cache_dir: str | None = None) -> datasets.Dataset:
     """The images below `folder` (given as `flag`) as the `split` split, labelled by their class folders if any."""
-    if not os.path.isdir(folder):
-        raise ScriptError(f"{flag} {folder}: no such folder.")
     if not any(path.suffix.lower() in ImageFolder.EXTENSIONS for path in Path(folder).rglob("*")):
         raise ScriptError(f"{flag} {folder} holds no image files (.png, .jpg, ...), in it or in its class folders.")
     # `imagefolder` labels images by their folders only where there are two or more; one is a class all the same.

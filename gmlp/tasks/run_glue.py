@@ -62,6 +62,7 @@ def run(argv: list[str]) -> dict:
     """The script on the arguments `argv`: the metrics of its evaluation."""
     model_args, data_args, training_args = setup.start(DataTrainingArguments, argv)
     checks.check_arguments(training_args, loads=[model_args.model_name_or_path, model_args.tokenizer_name])
+    loading.check_named_paths(model_args, data_args, training_args)
     setup.prepare_run(training_args, data_args)
     config = loading.load_config(model_args)
     if data_args.padding_free and config.model_type != "gmlp":
@@ -80,7 +81,7 @@ def run(argv: list[str]) -> dict:
     evaluation = glue.glue_evaluation(data_args.task_name, task, config.num_labels)
     checks.check_evaluation_arguments(training_args, evaluation.metric_names, script="run_glue.py")
     raw = glue.label_task_data(raw, task, names, data_args.data_files())
-    max_seq_length = loading.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
+    max_seq_length = loading.check_max_seq_length(data_args.max_seq_length, config, tokenizer, model_args)
     model = loading.load_model(AutoModelForSequenceClassification, model_args, config, tokenizer)
 
     def tokenize(examples):

@@ -75,6 +75,7 @@ def run(argv: list[str]) -> dict:
     checks.check_arguments(training_args, loads=[model_args.model_name_or_path])
     evaluation = images.image_evaluation()
     checks.check_evaluation_arguments(training_args, evaluation.metric_names, script="run_image_classification.py")
+    loading.check_named_paths(model_args, data_args, training_args, presets=VISION_PRESETS)
     setup.prepare_run(training_args)
     # The transform reads the image column, so the Trainer must not drop it.
     training_args.remove_unused_columns = False

@@ -42,8 +42,6 @@ class DataTrainingArguments(TextDataArguments):
     def __post_init__(self):
         if self.dataset_name is None and self.train_file is None and self.validation_file is None:
             self.train_file = mlm.DEFAULT_TRAIN_FILE
-        if not 0 < self.mlm_probability < 1:
-            raise ScriptError(f"--mlm_probability must be between 0 and 1, got {self.mlm_probability}.")
         if self.fill_mask_text is not None and self.fill_mask_text.count("[MASK]") != 1:
             raise ScriptError(f"--fill_mask_text must hold [MASK] once, got {self.fill_mask_text!r}.")
 
@@ -57,11 +55,7 @@ def load_raw_datasets(data_args: DataTrainingArguments, model_args: ModelArgumen
         raw = data.load_data_files(files, cache_dir=model_args.cache_dir, streaming=streaming)
     if "validation" in raw or "train" not in raw or data_args.streaming:
         return raw
-    if not 0 < (percentage := data_args.validation_split_percentage) < 100:
-        raise ScriptError(
-            f"--validation_split_percentage {percentage}: the share of the training text held out for evaluation is between 1 and 99 percent; or give the evaluation text as --validation_file."
-        )
-    split = raw["train"].train_test_split(test_size=percentage / 100, shuffle=False)
+    split = raw["train"].train_test_split(test_size=data_args.validation_split_percentage / 100, shuffle=False)
     return datasets.DatasetDict(train=split["train"], validation=split["test"])
 
 
@@ -89,6 +83,7 @@ def run(argv: list[str]) -> dict:
     checks.check_evaluation_arguments(training_args, evaluation.metric_names, script="run_mlm.py")
     if data_args.streaming:
         check_streaming(data_args, model_args, training_args)
+    loading.check_named_paths(model_args, data_args, training_args)
     setup.prepare_run(training_args, data_args)
 
     if model_args.model_name_or_path is None and model_args.config_name is None:
@@ -101,7 +96,7 @@ def run(argv: list[str]) -> dict:
     tokenizer = tokenizer or mlm.train_or_load_tokenizer(raw, config, training_args)
     if data_args.fill_mask_text and tokenizer.mask_token is None:
         raise ScriptError("--fill_mask_text needs a tokenizer with a mask token; this one has none.")
-    max_seq_length = loading.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
+    max_seq_length = loading.check_max_seq_length(data_args.max_seq_length, config, tokenizer, model_args)
     if model_args.model_name_or_path is None and config.vocab_size != len(tokenizer):
         logger.warning(
             f"vocab_size set to the tokenizer's {len(tokenizer)} tokens (the config had {config.vocab_size})."

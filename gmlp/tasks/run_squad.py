@@ -39,6 +39,7 @@ def run(argv: list[str]) -> dict:
     model_args, data_args, training_args = setup.start(DataTrainingArguments, argv)
     checks.check_arguments(training_args, loads=[model_args.model_name_or_path, model_args.tokenizer_name])
     checks.check_no_evaluation_during_training(training_args, script="run_squad.py")
+    loading.check_named_paths(model_args, data_args, training_args)
     setup.prepare_run(training_args, data_args)
     config = loading.load_config(model_args)
     tokenizer = loading.load_tokenizer(model_args)
@@ -48,7 +49,7 @@ def run(argv: list[str]) -> dict:
         raw = data.load_hub_dataset(data_args, model_args)
     else:
         raw = squad.load_squad_files(data_args.data_files(), cache_dir=model_args.cache_dir)
-    max_seq_length = loading.check_max_seq_length(data_args.max_seq_length, config, tokenizer)
+    max_seq_length = loading.check_max_seq_length(data_args.max_seq_length, config, tokenizer, model_args)
     if data_args.doc_stride is None:  # too large a stride is refused with the features (`squad.tokenize_windows`)
         data_args.doc_stride = min(128, max_seq_length // 4)
     model = loading.load_model(AutoModelForQuestionAnswering, model_args, config, tokenizer)

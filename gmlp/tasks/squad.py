@@ -48,7 +48,7 @@ def load_squad_files(data_files: dict[str, str], cache_dir: str | None = None) -
     splits = {}
     for split, path in data_files.items():
         document = None
-        if path.lower().endswith(".json") and os.path.isfile(path):  # else `load_data_files` says what is wrong
+        if path.lower().endswith(".json"):
             check_text(path, "The SQuAD file")
             with contextlib.suppress(json.JSONDecodeError):  # else JSON lines
                 document = json.loads(Path(path).read_text(encoding="utf-8"))

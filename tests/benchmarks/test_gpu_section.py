@@ -1,7 +1,9 @@
-"""The speed benchmark's gpu section and the GPU run's stages on the CPU (benchmarks/speed/gpu.py, gpu_parts.py and
-gpu_stages.py), at tiny sizes: its losses and baselines compute what they claim, ratios are of tokens/s, MFU is against
-the datasheet's peak, a failing part or measurement is recorded and the next one runs, the Triton unit is checked
-before it is timed, and the targets are read off the rows."""
+"""The GPU run's measurements on the CPU (benchmarks/speed/gpu_stages.py and gpu_parts.py), at tiny sizes: the losses
+and baselines compute what they claim; a row's ratio is paired by round and saved after every round; MFU is against the
+datasheet's peak with the measured one beside; the preflight refuses what the run cannot use; the hybrid is checked
+against float64 with the PyTorch unit's own error as the tolerance's baseline, and timed only within it; each unit's
+bytes are its own; the hybrid runs eager where it does not compile; the gating unit's share is read off the unit's
+time; a failing measurement is recorded and the next runs; and the GPU records' targets render off their rows."""
 
 import json
 
@@ -10,10 +12,8 @@ import torch
 from transformers import AutoModelForMaskedLM, BertConfig
 
 from benchmarks.common import bert_config, mlm_batch, modernbert_config
-from benchmarks.speed import __main__ as cli
 from benchmarks.speed import gpu, gpu_parts, gpu_stages, models
 from gmlp import GMLPConfig
-from gmlp.configuration_gmlp import PRESETS
 
 TINY = {"vocab_size": 97, "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2}
 
@@ -45,14 +45,6 @@ def test_modernbert_of_equal_parameters_has_global_attention_everywhere():
     assert isinstance(bert_config(like, 500_000), BertConfig)
 
 
-def test_the_stock_shapes_are_bert_base_and_modernbert_base():
-    """At base size the stock rows are the configs users load: bert-base-uncased's 110M and ModernBERT-base's 149M."""
-    with torch.device("meta"):
-        bert = AutoModelForMaskedLM.from_config(BertConfig(**gpu_parts.SIZES["base"]["stock"]))
-    assert (bert.config.num_hidden_layers, bert.config.hidden_size) == (12, 768)
-    assert round(bert.num_parameters() / 1e6) == 110
-
-
 def test_datasheet_peaks_by_device_name():
     assert gpu.datasheet_peak("NVIDIA H100 80GB HBM3") == 989e12
     assert gpu.datasheet_peak("NVIDIA H100 PCIe") == 756e12
@@ -60,99 +52,185 @@ def test_datasheet_peaks_by_device_name():
     assert gpu.datasheet_peak("cpu") is None
 
 
-@pytest.fixture
-def tiny_section(monkeypatch):
-    """The gpu section's models at TINY sizes (n = 16) and a fixed matmul peak: the logic, not the sizes, is under
-    test here."""
-    monkeypatch.setitem(PRESETS, "gmlp-tiny", {**TINY, "max_position_embeddings": 16})
-    monkeypatch.setitem(gpu_parts.SIZES, "tiny", gpu_parts.SIZES["tiny"] | {"fft_lengths": (16, 32)})
-    monkeypatch.setattr(gpu, "matmul_peak_flops", lambda *args, **kwargs: 1e11)
-    monkeypatch.setattr(cli, "matmul_peak_flops", lambda *args, **kwargs: 1e11)
+def stage(tmp_path, name="step", kernels=("triton", "torch"), device_name=None) -> gpu_stages.Stage:
+    found = gpu_stages.Stage(name, "cpu", tmp_path, "tiny", list(kernels))
+    found.device_name = device_name or found.device_name
+    return found
 
 
-def run_section(output, *parts, kernels="torch", extra=()):
-    # One thread: tiny steps on two busy threads spend most of their time in OpenMP's waits.
-    argv = ["--sections", "gpu", "--quick", "--threads", "1", "--gpu-kernels", kernels]
-    cli.main([*argv, "--gpu-parts", ",".join(parts), "--output", str(output), *extra])
-    return json.loads(output.read_text())["gpu"]
-
-
-def test_a_failing_part_is_recorded_and_the_next_part_runs(tmp_path, monkeypatch, tiny_section):
-    """The training part fails (planted), inference still runs, every model at the fixed batch."""
-    parts = ("training-bf16-eager", "inference-bf16-eager")
-    original = gpu_parts.time_group
-
-    def failing_training(bench, task, *args, **kwargs):
-        if task == "training":
-            raise RuntimeError("planted failure")
-        return original(bench, task, *args, **kwargs)
-
-    monkeypatch.setattr(gpu_parts, "time_group", failing_training)
-    first = run_section(tmp_path / "first.json", *parts)
-    assert first["errors"] == {"training-bf16-eager": "RuntimeError: planted failure"}
-    assert set(first["part_seconds"]) == {"inference-bf16-eager"}
-    assert [(row["model"], row["batch"]) for row in first["inference"]] == [
-        (name, gpu_parts.BATCH["tiny"])
-        for name in ("gmlp (torch)", gpu.REFERENCE, gpu.MODERN, gpu.BERT_BASE, gpu.MODERN_BASE)
-    ]
-
-
-def test_ratios_are_of_tokens_per_second_when_the_batches_differ(monkeypatch, tiny_section):
-    """Each model runs at its own batch: a model whose steps take twice as long at twice the batch is as fast (on an
-    H200 the step-time ratio reported gMLP at 0.55x BERT for 0.84x its tokens/s)."""
+def test_rows_are_paired_by_round_and_saved_after_each(tmp_path, monkeypatch):
+    """Each round's times extend the rows, which go to `save` after every round; a ratio is the median of the
+    per-round ratios of tokens/s, tokens/s the tokens over the median time."""
     names = ["gmlp (torch)", gpu.REFERENCE]
-    bench = gpu_parts.Bench(torch.device("cpu"), gpu_parts.build("tiny", "cpu", names), 16, 1e11, None, 3, 0.0, {})
-    bench.batches["bf16"] = {"gmlp (torch)": 4, gpu.REFERENCE: 2}
-    planted = {"gmlp (torch)": [2.0, 2.2, 1.8], gpu.REFERENCE: [1.0, 1.1, 0.9]}
-    monkeypatch.setattr(gpu_parts, "interleaved", lambda steps, *args, **kwargs: {n: planted[n] for n in steps})
-    rows = gpu_parts.time_group(bench, "inference", "bf16", dict.fromkeys(names, "eager")).rows
-    assert rows[0]["versus"] == {gpu.REFERENCE: pytest.approx(1.0)} and rows[0]["tokens_per_second"] == 4 * 16 / 2.0
-    assert rows[1]["versus"] == {"gmlp (torch)": pytest.approx(1.0)}
+    bench = stage(tmp_path).bench(gpu_parts.build("tiny", "cpu", names))
+    rounds = iter([{"gmlp (torch)": [2.0], gpu.REFERENCE: [1.0]}, {"gmlp (torch)": [1.0], gpu.REFERENCE: [4.0]}] * 2)
+    monkeypatch.setattr(gpu_parts, "interleaved", lambda steps, *args, **kwargs: next(rounds))
+    saved = []
+    rows = gpu_parts.time_group(bench, "inference", dict.fromkeys(names, "eager"), save=saved.append)
+    assert [[row["times"] for row in rows] for rows in saved] == [[[2.0], [1.0]], [[2.0, 1.0], [1.0, 4.0]]] + [
+        [[2.0, 1.0, 2.0], [1.0, 4.0, 1.0]]
+    ]
+    tokens = bench.batch * bench.length
+    assert rows[0]["tokens_per_second"] == tokens / 2.0 and rows[1]["tokens_per_second"] == tokens / 1.0
+    assert rows[0]["versus"] == {gpu.REFERENCE: pytest.approx(0.5)}  # median of 0.5, 4 and 0.5
+    assert rows[1]["versus"] == {"gmlp (torch)": pytest.approx(2.0)}
 
 
-def test_mfu_is_against_the_datasheet_peak_with_the_measured_ceiling_beside(tmp_path, monkeypatch, tiny_section):
+def test_mfu_is_against_the_datasheet_peak_with_the_measured_one_beside(tmp_path, monkeypatch):
     """MFU's denominator is the datasheet's dense bf16 peak of the device named (989 TFLOP/s for an H100 SXM), fixed;
-    the matmul ceiling the ceilings stage measured (ceilings.json) gives the second figure."""
-    stage = gpu_stages.Stage("step", "cpu", tmp_path, "tiny", ["torch"])
-    stage.device_name = "NVIDIA H100 80GB HBM3"
-    assert stage.denominators() == (989e12, None)
-    (tmp_path / "ceilings.json").write_text(json.dumps({"matmul_tflops_bf16": 790.0}))
-    datasheet, measured = stage.denominators()
-    assert (datasheet, measured) == (989e12, 790e12)
-    models_ = gpu_parts.build("tiny", torch.device("cpu"), ["gmlp (torch)"])
-    bench = gpu_parts.Bench(
-        torch.device("cpu"), models_, 16, measured, datasheet, 3, 0.0, {"bf16": {"gmlp (torch)": 2}}
+    the matmul ceiling measured in the stage gives the second figure."""
+    bench = stage(tmp_path, device_name="NVIDIA H100 80GB HBM3").bench(
+        gpu_parts.build("tiny", "cpu", ["gmlp (torch)"]), peak=790e12
     )
-    bench.optimizers = {"gmlp (torch)": gpu_parts.make_optimizer(models_["gmlp (torch)"], torch.device("cpu"))}
-    monkeypatch.setattr(
-        gpu_parts, "interleaved", lambda steps, *args, **kwargs: {key: [0.5, 0.4, 0.6] for key in steps}
-    )
-    (row,) = gpu_parts.time_group(bench, "training", "bf16", {"gmlp (torch)": "eager"}).rows
+    assert (bench.datasheet, bench.peak) == (989e12, 790e12)
+    monkeypatch.setattr(gpu_parts, "interleaved", lambda steps, *args, **kwargs: {key: [0.5] for key in steps})
+    (row,) = gpu_parts.time_group(bench, "training", {"gmlp (torch)": "eager"})
     flops = row["tflops"] * 1e12
-    assert row["mfu_datasheet_peak"] == pytest.approx(flops / 989e12) and row["mfu_measured_peak"] == pytest.approx(
-        flops / 790e12
+    assert row["mfu_datasheet_peak"] == pytest.approx(flops / 989e12)
+    assert row["mfu_measured_peak"] == pytest.approx(flops / 790e12)
+
+
+def test_the_preflight_refuses_what_the_run_cannot_use(tmp_path):
+    """A pinned wheel not the one imported, and (in the same stage) the units' tiny steps where all is in place."""
+    with pytest.raises(RuntimeError, match=r"transformers \S+ is imported where the wheel list pins 0\.1: install"):
+        gpu_stages.main(["preflight", "--device", "cpu", "--out", str(tmp_path), "--pins", "transformers==0.1"])
+    gpu_stages.main(["preflight", "--device", "cpu", "--out", str(tmp_path), "--kernels", "torch,triton"])
+    record = json.loads((tmp_path / "preflight.json").read_text())
+    assert record["errors"] == {} and set(record["losses"]) == {"torch", "triton"}
+    assert record["losses"]["triton"] == pytest.approx(record["losses"]["torch"], rel=2e-2)
+
+
+def test_bad_stage_arguments_are_one_error_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        gpu_stages.main(["unit", "--device", "cpu", "--out", str(tmp_path), "--kernels", "fused"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "python -m benchmarks.speed.gpu_stages: error: --kernels 'fused': give some of triton, torch, comma-separated"
     )
-    assert row["tokens_per_second"] == 2 * 16 / 0.5  # the median round
 
 
-def test_parts_that_would_end_after_the_deadline_are_left_for_later(tmp_path, tiny_section):
-    result = run_section(tmp_path / "late.json", "inference-bf16-eager", "fft-crossover", extra=["--deadline-at", "1"])
-    assert result["not_run"] == ["inference-bf16-eager", "fft-crossover"] and result["part_seconds"] == {}
-    assert "Not run before the deadline: inference-bf16-eager, fft-crossover." in gpu.render(result)["not_run"]
+def test_the_hybrid_is_within_a_small_multiple_of_the_pytorch_units_own_error(tmp_path):
+    """The unit stage's check: the hybrid's output and every gradient in bf16 (under Triton's interpreter here)
+    against float64, within TOLERANCE_FACTOR x the PyTorch bf16 unit's largest error; a wrong W is caught."""
+    run = stage(tmp_path, "unit")
+    expected = gpu_stages.Unit(run, "torch", False).float64()
+    baseline = gpu_stages.relative_errors(gpu_stages.Unit(run, "torch", True).training, expected)
+    hybrid = gpu_stages.relative_errors(gpu_stages.Unit(run, "triton", True).training, expected)
+    assert len(baseline) == len(hybrid) == 6 and 0 < max(baseline.values()) < 5e-2
+    assert all(error <= gpu_stages.TOLERANCE_FACTOR * max(baseline.values()) for error in hybrid.values()), hybrid
+    wrong = gpu_stages.Unit(run, "triton", True)
+    with torch.no_grad():
+        wrong.module.spatial_proj.weight.mul_(1.2)
+    errors = gpu_stages.relative_errors(wrong.inference, expected)
+    assert errors["output"] > gpu_stages.TOLERANCE_FACTOR * max(baseline.values())
 
 
-def test_the_crossover_part_measures_the_default_path_beside_the_others(tmp_path, tiny_section):
-    result = run_section(tmp_path / "fft.json", "fft-crossover")
-    lengths = result["fft"]["lengths"]
-    assert list(lengths) == ["16", "32"] and result["fft"]["crossover_length"] in (16, 32, None)
-    paths = {"dense W", "Toeplitz direct", "Toeplitz FFT", "Toeplitz default"}
-    assert set(lengths["32"]["spatial_projection_ms"]) == paths
-    assert "`crossover_length`" in "\n".join(gpu.render(result)["fft"])
+def test_a_wrong_hybrid_is_not_timed(tmp_path, monkeypatch):
+    """Its errors recorded and `hybrid_correct` false (the GPU run then leaves it out of the later stages); the
+    PyTorch units timed in training and inference, eager and compiled, and profiled; each unit's own bytes beside."""
+    original = gpu_stages.relative_errors
+
+    def errors(case, expected):
+        found = original(case, expected)
+        return {name: 0.5 for name in found} if "triton" in case.__self__.module.kernel_choice else found
+
+    monkeypatch.setattr(gpu_stages, "relative_errors", errors)
+    gpu_stages.main(["unit", "--device", "cpu", "--out", str(tmp_path)])
+    unit = json.loads((tmp_path / "unit.json").read_text())
+    assert unit["errors"] == {} and unit["check"]["hybrid_correct"] is False
+    assert unit["check"]["tolerance"] == gpu_stages.TOLERANCE_FACTOR * unit["check"]["baseline"] < 0.5
+    trained = {(row["model"], row["mode"]) for row in unit["gpu"]["training"]}
+    assert trained == {
+        (model, mode) for model in ("gmlp (torch)", f"gmlp (torch){gpu.KEPT}") for mode in ("eager", "compiled")
+    }
+    assert {(row["model"], row["mode"]) for row in unit["gpu"]["inference"]} == {
+        ("gmlp (torch)", "eager"),
+        ("gmlp (torch)", "compiled"),
+    }
+    assert set(unit["kernels"]) == {"gmlp (torch) compiled", f"gmlp (torch){gpu.KEPT} compiled"}
+    assert all(row["max_error"] == max(row["errors"].values()) > 0 for row in unit["gpu"]["training"])
+    # Each unit's bytes outside the products: PyTorch's least, 5 gate widths a token forward and 9 backward; the
+    # hybrid's kernels also write and read `mixed` and sum dM for db: 6 and 11 (bf16, 2 bytes a number).
+    shape = unit["shape"]
+    widths = 2 * shape["batch"] * shape["length"] * shape["gate"]
+    assert unit["row_bytes"] == {
+        "torch": {"forward": 5 * widths, "backward": 9 * widths},
+        "triton": {"forward": 6 * widths, "backward": 11 * widths},
+    }
+
+
+def test_the_hybrid_runs_eager_where_it_does_not_compile(tmp_path, monkeypatch):
+    """A compiled hybrid that fails is timed eager, its error recorded; PyTorch's unit and the other models compile."""
+    run = stage(tmp_path)
+    bench = run.bench(gpu_parts.build("tiny", "cpu", ["gmlp (triton)", "gmlp (torch)"]))
+
+    def compile(forward, **options):  # a compiler that fails on the hybrid's blocks
+        def compiled(*args, **kwargs):
+            if forward.__self__.sgu.kernel_choice == "triton":
+                raise RuntimeError("planted compile failure")
+            return forward(*args, **kwargs)
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", compile)
+    assert gpu_stages.compiled_or_eager(run, bench, "gmlp (triton)", "training") == "eager"
+    assert run.result["errors"] == {"gmlp (triton) training compiled": "RuntimeError: planted compile failure"}
+    assert gpu_stages.compiled_or_eager(run, bench, "gmlp (torch)", "training") == "compiled"
+
+
+def test_the_gating_units_share_is_the_units_time_over_the_steps(tmp_path):
+    run = stage(tmp_path)
+    bench = run.bench(gpu_parts.build("tiny", "cpu", ["gmlp (torch)"]))
+    rows = [
+        {"model": "gmlp (torch)", "mode": "compiled", "ms": 2.0},
+        {"model": "gmlp (torch)", "mode": "eager", "ms": 9.0},
+    ]
+    step_row = {"model": "gmlp (torch)", "mode": "compiled", "tokens_per_second": bench.batch * bench.length / 0.1}
+    assert gpu_stages.unit_share(run, bench, step_row) is None  # no unit record
+    (tmp_path / "unit.json").write_text(json.dumps({"gpu": {"training": rows}}))
+    layers = bench.models["gmlp (torch)"].config.num_hidden_layers
+    assert gpu_stages.unit_share(run, bench, step_row) == pytest.approx(layers * 2e-3 / 0.1)
+
+
+def test_the_long_stage_times_the_hybrids_direct_product_in_a_group_of_its_own(tmp_path, monkeypatch):
+    """Where the step found the hybrid faster, the long stage times it beside BERT with the FFT's length beyond the
+    input's (the hybrid covers the direct product only), after the PyTorch unit's group (the FFT product); a group that
+    fails (planted: the hybrid at 128 tokens) leaves the other's rows."""
+    timed = []
+
+    def time_group(bench, task, modes, save=None):
+        if "gmlp (triton)" in modes and bench.length == 128:
+            raise torch.OutOfMemoryError("planted")
+        fft = {name: getattr(bench.models[name].config, "spatial_fft_min_length", None) for name in modes}
+        timed.append((bench.length, task, fft))
+        save(rows := [{"model": name} for name in modes])
+        return rows
+
+    monkeypatch.setattr(gpu_parts, "time_group", time_group)
+    gpu_stages.main(["long", "--device", "cpu", "--out", str(tmp_path), "--kernels", "triton,torch"])
+    torch_fft, hybrid_direct = {"gmlp (torch)": 64, gpu.REFERENCE: None}, {"gmlp (triton)": 128, gpu.REFERENCE: None}
+    assert timed == [
+        (64, "training", torch_fft), (64, "inference", torch_fft),
+        (64, "training", hybrid_direct), (64, "inference", hybrid_direct),
+        (128, "training", torch_fft), (128, "inference", torch_fft),
+    ]  # fmt: skip
+    long = json.loads((tmp_path / "long.json").read_text())
+    assert long["faster_unit"] == "triton" and list(long["gpu"]["128"]["gmlp (torch)"]["training"][0]) == ["model"]
+    assert set(long["errors"]) == {"gmlp (triton) training 128", "gmlp (triton) inference 128"}
+
+
+def test_a_failing_measurement_is_recorded_and_its_stage_goes_on(tmp_path):
+    run = stage(tmp_path, "unit")
+    assert run.attempt("planted", lambda: 1 / 0) is None
+    assert run.attempt("next", lambda: 2) == 2
+    assert json.loads((tmp_path / "unit.json").read_text())["errors"] == {
+        "planted": "ZeroDivisionError: division by zero"
+    }
 
 
 def test_the_targets_are_read_off_the_rows():
-    """Each gMLP kernel's rows against the issue's goals; the kept-activations row against its memory-lean model; the
-    default spatial path against the fastest at 4,096 tokens."""
+    """Each gMLP kernel's rows against the goals of the records' day; the kept-activations row against its memory-lean
+    model; the default spatial path against the fastest at 4,096 tokens."""
 
     def row(model, mode, versus, mfu=0.3):
         return {"model": model, "precision": "bf16", "mode": mode, "versus": versus, "mfu_measured_peak": mfu}
@@ -177,49 +255,3 @@ def test_the_targets_are_read_off_the_rows():
         ("1.00x", "1.00x"),
     ]  # fmt: skip
     assert next(iter(cells)) == "gmlp (triton) training vs BERT (sdpa), compiled, paired"
-
-
-def test_a_failing_measurement_is_recorded_and_its_stage_goes_on(tmp_path):
-    stage = gpu_stages.Stage("unit", "cpu", tmp_path, "tiny", ["torch"])
-    assert stage.attempt("planted", lambda: 1 / 0) is None
-    assert stage.attempt("next", lambda: 2) == 2
-    assert json.loads((tmp_path / "unit.json").read_text())["errors"] == {
-        "planted": "ZeroDivisionError: division by zero"
-    }
-
-
-def test_the_units_compute_the_same_function_as_float64(tmp_path):
-    """The unit stage's check: each unit's output and every gradient in bf16 against the PyTorch unit in float64, the
-    Triton unit (under Triton's interpreter here) within the bf16 tolerance."""
-    stage = gpu_stages.Stage("unit", "cpu", tmp_path, "tiny", ["triton", "torch"])
-    for kernel, recompute in (("torch", True), ("triton", True)):
-        errors = gpu_stages.relative_errors(
-            gpu_stages.Unit(stage, kernel, recompute), gpu_stages.Unit(stage, "torch", False)
-        )
-        assert len(errors) == 6 and all(0 < error <= gpu_stages.BF16_TOLERANCE for error in errors.values()), errors
-
-
-def test_a_wrong_triton_unit_is_not_timed(tmp_path, monkeypatch):
-    """Its errors recorded, `triton_correct` false (the GPU run then leaves it out of the later stages), the PyTorch
-    units timed and profiled; the least bytes and the products' FLOPs beside."""
-    monkeypatch.setattr(gpu_stages, "relative_errors", lambda unit, reference: {"output": 0.5})
-    gpu_stages.main(["unit", "--device", "cpu", "--out", str(tmp_path), "--kernels", "triton,torch"])
-    unit = json.loads((tmp_path / "unit.json").read_text())
-    assert unit["errors"] == {} and unit["triton_errors"] == {"output": 0.5} and unit["triton_correct"] is False
-    assert set(unit["cases"]) == set(unit["kernels"]) == {"torch (recompute)", "torch (kept)"}
-    assert set(unit["products"]) == {"W @ v (bmm)", "W^T @ dM (bmm)", "dW = dM v^T (mm)"}
-    shape = unit["shape"]
-    tokens = shape["batch"] * shape["length"]
-    assert unit["row_bytes"] == {"forward": 2 * 5 * tokens * shape["gate"], "backward": 2 * 9 * tokens * shape["gate"]}
-    assert unit["product_flops"] == 2 * tokens * shape["length"] * shape["gate"]
-
-
-def test_inductors_bandwidth_lines_are_parsed():
-    from torch._inductor.runtime.runtime_utils import create_bandwidth_info_str
-
-    line = create_bandwidth_info_str(
-        0.25, 0.5, 2000.0, suffix=" \t 40.00% \t triton_red_fused_gelu_native_layer_norm_0", color=False
-    )
-    assert gpu_stages.BANDWIDTH_LINE.findall(line) == [
-        ("0.250", "0.500", "2000.00", "40.00", "triton_red_fused_gelu_native_layer_norm_0")
-    ]

@@ -17,7 +17,7 @@ from helpers import TINY_TEXT, WORDS, relative_error, seeded
 from torch import nn
 from transformers import AutoTokenizer
 
-from gmlp import GMLPConfig, GMLPForSequenceClassification, GMLPModel
+from gmlp import GMLPConfig, GMLPForMaskedLM, GMLPForSequenceClassification, GMLPModel
 
 # The deploy tests' models: a preset cut to 2 blocks and n = 32 tokens, dropout off, and W drawn at
 # +-spatial_init_eps / n as helpers.TINY_TEXT draws it (the paper's near-zero W would hide a wrong token mixing).
@@ -369,6 +369,35 @@ def test_torch_compile_fullgraph_compiles_a_bounded_number_of_times(preset, n, l
     for batch_size, length in zip([4, 1, 3], reversed(lengths)):
         check(batch_size, length)
     assert len(graphs) == 4
+    torch._dynamo.reset()
+
+
+def test_torch_compile_fullgraph_reads_no_value_of_the_inputs_or_labels():
+    """The models check ids and labels on the CPU in eager mode only (modeling_gmlp.first_out_of_range): compiled with
+    fullgraph=True (any graph break fails), heads given token types and labels give eager's logits and loss, and an id
+    out of range meets the embedding lookup's own check. A classifier's problem type is decided from the labels' shape
+    and dtype, so its config takes it while compiled too."""
+    torch.manual_seed(0)
+    inputs = {**token_batch(2, 9, seed=0), "token_type_ids": (torch.arange(9) >= 4).long().expand(2, 9)}
+    token_labels = torch.where(torch.arange(9) % 2 == 0, inputs["input_ids"], -100)
+    multi_hot = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
+    cases = [
+        (GMLPForMaskedLM(deploy_config()), token_labels),
+        (GMLPForSequenceClassification(deploy_config(num_labels=3)), multi_hot),
+    ]
+    for model, labels in cases:
+        model.eval()
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="eager", fullgraph=True)
+        actual = compiled(**inputs, labels=labels)
+        expected = model(**inputs, labels=labels)
+        torch.testing.assert_close(actual.logits, expected.logits, **TRACED_TOLERANCE)
+        torch.testing.assert_close(actual.loss, expected.loss, **TRACED_TOLERANCE)
+    assert cases[1][0].config.problem_type == "multi_label_classification"
+    out_of_range = {**inputs, "input_ids": inputs["input_ids"].clone()}
+    out_of_range["input_ids"][1, 3] = DEPLOY_SIZES["vocab_size"]
+    with pytest.raises(IndexError):
+        compiled(**out_of_range, labels=labels)
     torch._dynamo.reset()
 
 

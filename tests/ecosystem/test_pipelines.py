@@ -88,6 +88,39 @@ def test_text_classification_pipeline_returns_the_softmax_of_the_logits(tiny_con
         assert by_label["positive"] == pytest.approx(probabilities[1].item(), rel=1e-5)
 
 
+def test_a_model_given_multi_hot_labels_saves_a_pipeline_that_applies_a_sigmoid(tiny_config, tokenizer, tmp_path):
+    """Float labels of shape (batch, num_labels) make a classifier multi-label, in its saved config too, so that the
+    pipeline scores each label with a sigmoid; float labels that fit no problem type (one per example for 3 labels)
+    are refused first, leaving the config as it was."""
+    labels = {0: "hot", 1: "cold", 2: "animal"}
+    config = tiny_config(
+        PIPELINE_SIZES,
+        vocab_size=len(tokenizer),
+        num_labels=3,
+        id2label=labels,
+        label2id={v: k for k, v in labels.items()},
+    )
+    torch.manual_seed(0)
+    model = GMLPForSequenceClassification(config)
+    batch = tokenizer(["the sun is hot", "the cat is cold ."], padding=True, return_tensors="pt")
+    with pytest.raises(ValueError, match=r"labels of shape \(2,\) and dtype float32 .* fit no problem type"):
+        model(**batch, labels=torch.tensor([0.0, 1.0]))
+    assert model.config.problem_type is None
+    model(**batch, labels=torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]]))  # a training step's forward
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    saved = GMLPForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert saved.config.problem_type == "multi_label_classification"
+    classifier = pipeline("text-classification", model=str(tmp_path), device="cpu")
+    text = "the cat is hot"
+    scores = {entry["label"]: entry["score"] for entry in classifier(text, top_k=None)}
+    with torch.no_grad():
+        probabilities = saved(**tokenizer(text, return_tensors="pt")).logits.sigmoid()[0]
+    assert probabilities.sum() > 1.05  # a softmax's would sum to 1: the scores tell the two apart
+    for index, name in labels.items():
+        assert scores[name] == pytest.approx(probabilities[index].item(), rel=1e-5)
+
+
 def test_token_classification_pipeline_labels_every_word(tiny_config, tokenizer):
     config = tiny_config(
         PIPELINE_SIZES,

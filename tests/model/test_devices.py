@@ -196,6 +196,7 @@ def test_a_device_or_dtype_that_cannot_be_had_is_a_usage_error(probe_folder, opt
 # `torch_device` as upstream does; a dry run of them takes minutes).
 DRY_RUN_FILES = [
     "model/test_modeling.py",
+    "model/test_inputs.py",
     "model/test_generation.py",
     "model/test_bf16.py",
     "ecosystem/test_peft.py",

@@ -363,26 +363,48 @@ def test_drop_path_drops_whole_samples_and_rescales():
 # --- Sequence handling ---------------------------------------------------------------------------------------
 
 
+def padded(rows: list[torch.Tensor], width: int, side: str, pad_token_id: int = 0):
+    """Rows of ids padded on `side` to `width`: ids, attention mask and each row's real slice."""
+    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    slices = []
+    for index, row in enumerate(rows):
+        start = width - len(row) if side == "left" else 0
+        ids[index, start : start + len(row)], mask[index, start : start + len(row)] = row, 1
+        slices.append(slice(start, start + len(row)))
+    return ids, mask, slices
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("causal", [False, True], ids=["encoder", "causal"])
 @pytest.mark.parametrize("tiny_attention_size", [0, 8])
 @pytest.mark.parametrize("weight_type", ["toeplitz", "dense"])
-def test_right_padding_does_not_change_real_positions(tiny_config, tiny_attention_size, weight_type, dtype):
-    config = tiny_config(tiny_attention_size=tiny_attention_size, spatial_weight_type=weight_type)
-    model = GMLPForMaskedLM(config).eval().to(dtype)
-    lengths = [7, 12]
+def test_padding_on_either_side_does_not_change_real_positions(
+    tiny_config, side, causal, tiny_attention_size, weight_type, dtype
+):
+    """Each row's positions start at its first real token: a padded row, in a batch or alone, gives the unpadded row's
+    logits on either side, W and b drawn far from their init."""
+    config = tiny_config(tiny_attention_size=tiny_attention_size, spatial_weight_type=weight_type, is_decoder=causal)
+    model = (GMLPForCausalLM if causal else GMLPForMaskedLM)(config).eval().to(dtype)
+    with torch.no_grad():
+        for layer in model.gmlp.encoder.layer:
+            layer.sgu.spatial_proj.weight.normal_()
+            layer.sgu.spatial_proj.bias.normal_()
     ids = random_ids(2, 12, config.vocab_size)
-    mask = torch.zeros(2, 12, dtype=torch.long)
-    for row, length in enumerate(lengths):
-        mask[row, :length] = 1
-    padded_ids = ids.masked_fill(mask == 0, config.pad_token_id)
+    rows = [ids[0, :7], ids[1]]
     with torch.no_grad():
-        batched = model(padded_ids, attention_mask=mask).logits
-        for row, length in enumerate(lengths):
-            alone = model(ids[row : row + 1, :length]).logits[0]
-            assert_close(batched[row, :length], alone, atol=1e-5, rtol=1e-5)
+        for batch in (rows, rows[:1]):  # two rows, and one row padded on its own
+            padded_ids, mask, slices = padded(batch, 14, side, config.pad_token_id)
+            logits = model(padded_ids, attention_mask=mask).logits
+            for row, part, got in zip(batch, slices, logits):
+                assert_close(got[part], model(row[None]).logits[0], atol=1e-5, rtol=1e-5)
+    if causal and side == "right":
+        return  # later padding never reaches a causal row's tokens
     # Without the mask the padding does leak into real positions: the mask is what makes them equal.
+    padded_ids, _, slices = padded(rows, 14, side, config.pad_token_id)
     with torch.no_grad():
-        unmasked = model(padded_ids).logits[0, :7]
-        alone = model(ids[:1, :7]).logits[0]
+        unmasked = model(padded_ids).logits[0, slices[0]]
+        alone = model(rows[0][None]).logits[0]
     assert differ(unmasked, alone, atol=1e-5)
 
 
@@ -711,21 +733,22 @@ def test_modules_hold_no_unregistered_tensors(tiny_config):
                 assert id(value) in registered, f"{type(module).__name__}.{name} is a tensor but not a buffer"
 
 
+@pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("pooling", ["first", "mean"])
-def test_sentence_heads_pool_as_configured_and_ignore_padding(tiny_config, pooling, dtype):
-    """`classifier_pooling`: the first token, or the mean over real tokens; a right-padded sequence is classified as
-    the unpadded one, and multiple choice scores each choice with the same head."""
+def test_sentence_heads_pool_as_configured_and_ignore_padding(tiny_config, side, pooling, dtype):
+    """`classifier_pooling`: the first real token, or the mean over real tokens; a sequence padded on either side is
+    classified as the unpadded one, and multiple choice scores each choice with the same head."""
     torch.manual_seed(0)
     config = tiny_config(classifier_pooling=pooling, num_labels=3)
     model = GMLPForSequenceClassification(config).eval().to(dtype)
     ids = random_ids(2, 9)
-    mask = torch.ones(2, 9, dtype=torch.long)
-    mask[1, 5:] = 0
+    ids, mask, slices = padded([ids[0], ids[1, :5]], 9, side)
     with torch.no_grad():
         logits = model(ids, attention_mask=mask).logits
-        alone = model(ids[1:, :5]).logits
+        alone = model(ids[1:, slices[1]]).logits
         hidden = model.gmlp(ids, attention_mask=mask).last_hidden_state
-    pooled = hidden[:, 0] if pooling == "first" else torch.stack([hidden[0].mean(0), hidden[1, :5].mean(0)])
+    real = [hidden[row, part] for row, part in enumerate(slices)]
+    pooled = torch.stack([tokens[0] if pooling == "first" else tokens.mean(0) for tokens in real])
     head = model.classifier
     assert_close(logits, head.out_proj(torch.tanh(head.dense(pooled))))
     assert_close(logits[1:], alone, rtol=1e-5, atol=1e-5)
@@ -733,7 +756,7 @@ def test_sentence_heads_pool_as_configured_and_ignore_padding(tiny_config, pooli
     choices = GMLPForMultipleChoice(config).eval().to(dtype)
     with torch.no_grad():
         scores = choices(ids[None], attention_mask=mask[None]).logits
-        each = [choices(ids[None, i : i + 1], attention_mask=mask[None, i : i + 1]).logits for i in range(2)]
+        each = [choices(ids[None, i, slices[i]][None]).logits for i in range(2)]
     assert scores.shape == (1, 2)
     assert_close(scores, torch.cat(each, dim=1), rtol=1e-5, atol=1e-5)
 

@@ -1,8 +1,8 @@
 """Every way of computing a block gives the same function: a property test over the configuration space (dense or
 Toeplitz W, the FFT threshold below or above n, encoder or causal, gMLP or aMLP with eager or SDPA attention, the
-four SGU variants, one or two SGU heads, recomputed or kept gating) and the inputs (right or left padding;
-sequential, shifted, gapped or packed position ids; no cache, a dynamic or a static cache, step by step or through
-`generate()`).
+four SGU variants, one or two SGU heads, recomputed or kept gating) and the inputs (batches of one row and more, right
+or left padding, also beyond the longest row; sequential, shifted, gapped or packed position ids; no cache, a dynamic
+or a static cache, step by step or through `generate()`).
 
 Every drawn case compares logits against the plain path: dense W holding the same matrix, the direct product, eager
 attention, no cache, each row's real tokens run alone; and the whole batch, padding positions included, against the
@@ -47,7 +47,8 @@ class Case:
     sgu_heads: int = 1
     recompute_gating: bool = True
     lengths: tuple = (7, 5)  # the real tokens of each row (or each packed sequence)
-    padding: str = "right"  # "right" or "left" (causal only)
+    padding: str = "right"  # "right" or "left"
+    extra_padding: int = 0  # padding beyond the longest row: a single row, or rows of one length, padded too
     positions: str = "none"  # "none", "sequential", "shifted", "gapped" or "packed"
     cache: str = "none"  # "none", "dynamic", "static" or "generate" (causal only)
     kernel: bool = False  # sgu_kernel="triton": the Triton gating unit wherever it applies
@@ -55,18 +56,19 @@ class Case:
 
     @property
     def kernel_applies(self) -> bool:
-        """The Triton unit runs: no cache, tokens at 0..L-1 in every row (packed rows included: each sequence gets a
-        row), and no FFT (a Toeplitz W with the low threshold may take it, depending on the length)."""
-        in_order = self.positions in ("none", "packed") and self.padding == "right"
+        """The Triton unit runs: no cache, tokens at 0..L-1 in every row once moved to rows of their own (each packed
+        sequence, each left-padded row from its first real token), and no FFT (a Toeplitz W with the low threshold may
+        take it, depending on the length)."""
+        in_order = self.positions in ("none", "packed")
         return self.kernel and self.cache == "none" and in_order and not (self.toeplitz and self.fft)
 
 
-def padding(draw, causal: bool, positions: str, cache: str) -> str:
-    """Right padding for encoders and packed rows (left padding is exact in causal mode only); left padding for
-    decoding, which appends after the last column."""
+def padding(draw, positions: str, cache: str) -> str:
+    """Right or left padding; packed rows have none of their own (right), decoding appends after the last column
+    (left)."""
     if cache != "none":
         return "left"
-    return draw(st.sampled_from(["right", "left"])) if causal and positions != "packed" else "right"
+    return draw(st.sampled_from(["right", "left"])) if positions != "packed" else "right"
 
 
 @st.composite
@@ -76,7 +78,8 @@ def cases(draw) -> Case:
     positions = (
         "none" if cache != "none" else draw(st.sampled_from(["none", "sequential", "shifted", "gapped", "packed"]))
     )
-    longest = N // 2 if positions == "gapped" else (N - 4 if cache != "none" else N)
+    # Room for up to 3 padding positions beyond the longest row, and for 3 decoded tokens after a cached prompt.
+    longest = N // 2 if positions == "gapped" else (N - 7 if cache != "none" else N - 3)
     return Case(
         toeplitz=draw(st.booleans()),
         fft=draw(st.booleans()),
@@ -86,7 +89,8 @@ def cases(draw) -> Case:
         sgu_heads=draw(st.sampled_from([1, 2])),
         recompute_gating=draw(st.booleans()),
         lengths=tuple(draw(st.lists(st.integers(1, longest), min_size=1, max_size=3))),
-        padding=padding(draw, causal, positions, cache),
+        padding=padding(draw, positions, cache),
+        extra_padding=0 if positions == "packed" else draw(st.integers(0, 3)),
         positions=positions,
         cache=cache,
         kernel=KERNEL and draw(st.booleans()),
@@ -149,7 +153,7 @@ def alone(plain, ids: torch.Tensor, positions: torch.Tensor | None) -> torch.Ten
 def padded_batch(case: Case, rows: list[torch.Tensor]):
     """The rows padded (right or left) into one batch: ids, mask, explicit positions (or None) and each row's real
     slice."""
-    width = max(len(row) for row in rows)
+    width = max(len(row) for row in rows) + case.extra_padding
     ids = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
     positions = torch.zeros_like(ids)
@@ -350,6 +354,15 @@ def check(case: Case) -> None:
 # loss reads for each row's first token.
 @example(Case(causal=True, padding="left", lengths=(12, 5)))
 @example(Case(causal=True, fft=False, padding="left", tiny_attention="sdpa", lengths=(12, 5)))
+# One left-padded row (e.g. generate() on a single padded prompt) once took W's leading block, ignoring its shift; and
+# encoders counted a left-padded row's positions from its padding.
+@example(Case(causal=True, toeplitz=False, lengths=(7,), padding="left", extra_padding=3))
+@example(Case(causal=True, toeplitz=False, cache="generate", lengths=(7,), padding="left", extra_padding=2))
+@example(Case(toeplitz=False, lengths=(7,), padding="left", extra_padding=2))
+@example(Case(fft=False, tiny_attention="sdpa", lengths=(6, 6), padding="left", extra_padding=2))
+@example(Case(lengths=(9, 5), padding="left"))
+@example(Case(kernel=KERNEL, toeplitz=False, causal=True, lengths=(7,), padding="left", extra_padding=2))
+@example(Case(kernel=KERNEL, fft=False, sgu_heads=2, lengths=(8, 3), padding="left", extra_padding=1))
 @example(Case(positions="gapped", lengths=(10,)))
 @example(Case(causal=True, positions="gapped", lengths=(10,)))
 @example(Case(positions="packed", lengths=(11, 9, 8)))

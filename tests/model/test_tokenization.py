@@ -12,7 +12,9 @@ import pytest
 from tokenizers import pre_tokenizers
 from transformers import AutoTokenizer
 
+from gmlp.tasks.errors import ScriptError
 from gmlp.tokenization_gmlp import main, train_tokenizer
+from gmlp.tokenization_gmlp import run as tokenizer_command
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_TYPES = ["wordpiece", "unigram"]
@@ -261,6 +263,6 @@ def test_the_command_line_takes_the_model_s_n(corpus_file, tmp_path):
     main(["--train_files", corpus_file, "--output_dir", str(tmp_path / "tiny"), "--vocab_size", "150",
           "--config_name", "gmlp-tiny"])  # fmt: skip
     assert AutoTokenizer.from_pretrained(tmp_path / "tiny").model_max_length == 128
-    with pytest.raises(ValueError, match="--model_max_length 512 is above the n = 128 of gmlp-tiny"):
-        main(["--train_files", corpus_file, "--output_dir", str(tmp_path / "x"), "--config_name", "gmlp-tiny",
+    with pytest.raises(ScriptError, match="--model_max_length 512 is above the n = 128 of gmlp-tiny"):
+        tokenizer_command(["--train_files", corpus_file, "--output_dir", str(tmp_path / "x"), "--config_name", "gmlp-tiny",
               "--model_max_length", "512"])  # fmt: skip

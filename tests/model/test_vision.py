@@ -14,6 +14,7 @@ import torch
 from helpers import assert_close, seeded
 from PIL import Image
 from timm_without_torchvision import import_timm as _import_timm
+from timm_without_torchvision import timm_folder
 from transformers import (
     AutoConfig,
     AutoImageProcessor,
@@ -264,21 +265,19 @@ def test_image_processor_and_pipeline(tiny_vision_config, tmp_path):
 
 
 def import_timm():
-    """timm, or a skip; in CI (where .ci/run installs timm) a missing timm is a failure.
-
-    timm is kept out of the environment's site-packages (`pip install --no-deps --target DIR timm`, DIR in
-    GMLP_TIMM_PATH): installed there without torchvision it would break `accelerate launch`, which imports timm
-    when it finds it.
-    """
-    timm_path = os.environ.get("GMLP_TIMM_PATH")
-    if timm_path and timm_path not in sys.path:
-        sys.path.append(timm_path)
+    """timm: the environment's, else installed on first use outside site-packages (tests/timm_without_torchvision.py);
+    where it cannot be (no network), a skip saying why, and in CI a failure."""
     if importlib.util.find_spec("timm") is None:
-        if os.environ.get("CI"):
-            pytest.fail(
-                "timm is not installed: .ci/run must `pip install --no-deps --target DIR timm` (GMLP_TIMM_PATH=DIR)."
-            )
-        pytest.skip("timm is not installed (`pip install --no-deps --target DIR timm`, then GMLP_TIMM_PATH=DIR)")
+        try:
+            folder = str(timm_folder())
+        except (OSError, subprocess.SubprocessError) as error:
+            reason = f"timm could not be installed for the tests: {getattr(error, 'stderr', '') or error}"
+            if os.environ.get("CI"):
+                pytest.fail(reason)
+            pytest.skip(reason)
+        sys.path.append(folder)
+        if importlib.util.find_spec("timm") is None:
+            pytest.fail(f"GMLP_TIMM_PATH={folder} holds no timm: unset it, and the tests install timm themselves.")
     return _import_timm()
 
 

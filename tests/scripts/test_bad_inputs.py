@@ -35,12 +35,12 @@ from gmlp import (
     modeling_gmlp,
 )
 from gmlp.convert_timm import _load_timm_state_dict
-from gmlp.convert_timm import main as convert_timm
+from gmlp.convert_timm import run as convert_timm
 from gmlp.tasks import run_glue, run_image_classification, run_mlm, run_squad
 from gmlp.tasks.collators import CheckedCollator
 from gmlp.tasks.errors import ScriptError
 from gmlp.tasks.image_classification import image_processor_for
-from gmlp.tokenization_gmlp import main as tokenizer_command
+from gmlp.tokenization_gmlp import run as tokenizer_command
 from gmlp.tokenization_gmlp import train_tokenizer
 
 ROOT = Path(__file__).parents[2]
@@ -399,7 +399,7 @@ TOKENIZER_FILES = {
 def test_the_tokenizer_command_names_a_bad_file(case, tmp_path):
     content, message = TOKENIZER_FILES[case]
     text = write(tmp_path / "text.txt", content)
-    with pytest.raises(ValueError, match=message) as error:
+    with pytest.raises(ScriptError, match=message) as error:
         tokenizer_command(["--train_files", str(text), "--output_dir", str(tmp_path / "tok"), "--vocab_size", "50"])
     assert str(text) in str(error.value) and not (tmp_path / "tok").exists()
 
@@ -434,7 +434,7 @@ def test_the_timm_converter_names_the_problem(case, tmp_path):
     write(tmp_path / "notes.txt", "not a checkpoint\n")
     torch.save(torch.nn.Linear(2, 2), tmp_path / "whole.pth")
     torch.save(torch.nn.Linear(2, 2).state_dict(), tmp_path / "linear.pth")
-    with pytest.raises(SystemExit, match=message):
+    with pytest.raises(ScriptError, match=message):
         convert_timm([*(a.format(tmp=tmp_path) for a in arguments), "--output_dir", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
 
@@ -502,7 +502,7 @@ def test_without_an_importable_timm_the_message_gives_the_install_that_keeps_the
     else:
         monkeypatch.delitem(sys.modules, "timm", raising=False)
         monkeypatch.setattr(sys, "meta_path", [_BrokenTimm(), *sys.meta_path])
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(ScriptError) as stop:
         _load_timm_state_dict(None, "gmlp_s16_224")
     message = str(stop.value)
     assert message.startswith(f"--timm-model needs timm, which does not import here ({quoted}")

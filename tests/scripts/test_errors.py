@@ -17,7 +17,7 @@ from gmlp.tasks import loading, run_glue, run_mlm
 
 ROOT = Path(__file__).parents[2]
 TASKS = ROOT / "gmlp" / "tasks"
-MISSING = "The train file '{tmp}/missing.csv' does not exist; check the --train_file path."
+MISSING = "--train_file {tmp}/missing.csv: no such file."
 
 
 def test_a_user_error_is_one_line_on_stderr_and_exit_code_2(tokenizer_dir, tmp_path, capsys):

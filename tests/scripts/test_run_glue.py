@@ -6,9 +6,12 @@ from pathlib import Path
 
 import datasets
 import pytest
-from helpers import tiny_run
+import torch
+from helpers import SCRIPT_SIZES, flags, seeded, tiny_run
+from transformers import AutoTokenizer
 
-from gmlp.tasks import run_glue
+from gmlp import GMLPConfig, GMLPForSequenceClassification
+from gmlp.tasks import loading, run_glue
 from gmlp.tasks.errors import ScriptError
 from gmlp.tasks.glue import GLUE_TASKS, get_task, load_glue_dir
 
@@ -163,7 +166,7 @@ def test_bad_glue_input_stops_early(tmp_path, tokenizer_dir, setup, args, messag
 
 
 def test_missing_data_file_names_the_flag(tmp_path, tokenizer_dir):
-    with pytest.raises(ScriptError, match=r"missing.csv' does not exist; check the --train_file path"):
+    with pytest.raises(ScriptError, match=r"^--train_file \S*missing.csv: no such file\.$"):
         run_glue.run(glue_args(tokenizer_dir, tmp_path / "out", train_file=tmp_path / "missing.csv", do_train=True))
 
 
@@ -216,3 +219,37 @@ def test_a_dataset_saved_with_save_to_disk_is_read(tmp_path, tokenizer_dir):
     options = {"task_name": "sst2", "dataset_name": tmp_path / "sst2", "do_train": True, "do_eval": True}
     metrics = run_glue.run(glue_args(tokenizer_dir, tmp_path / "out", **options))
     assert metrics["eval_samples"] == 16 and metrics["eval_accuracy"] in {i / 16 for i in range(17)}
+
+
+def test_a_checkpoint_run_at_a_longer_n_keeps_its_spatial_weights(tmp_path, tokenizer_dir, monkeypatch):
+    """`--config_overrides max_position_embeddings=32` on a checkpoint of n = 16, whose W is far from the init and b
+    from one: the run's model keeps them (its new positions start at the init), gives the checkpoint's logits on
+    inputs of up to 16 tokens, and its tokenizer's length follows the new n (the saved tokenizer's is 16)."""
+    config = GMLPConfig(**{**SCRIPT_SIZES, "max_position_embeddings": 16}, vocab_size=120, spatial_init_eps=16.0)
+    checkpoint = GMLPForSequenceClassification(config).eval()
+    with torch.no_grad():
+        for layer in checkpoint.gmlp.encoder.layer:
+            layer.sgu.spatial_proj.bias.add_(seeded(torch.randn, (1, 16), seed=0))
+    checkpoint.save_pretrained(tmp_path / "n16")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, model_max_length=16)
+    tokenizer.save_pretrained(tmp_path / "n16")
+    runs, load_model = [], loading.load_model
+
+    def keep(auto_class, model_args, config, tokenizer=None):  # the run's model and tokenizer, as loaded
+        runs.append((load_model(auto_class, model_args, config, tokenizer), tokenizer))
+        return runs[-1][0]
+
+    monkeypatch.setattr(loading, "load_model", keep)
+    options = {"model_name_or_path": tmp_path / "n16", "config_overrides": "max_position_embeddings=32"}
+    glue = {"task_name": "SST-2", "glue_dir": sst2_dir(tmp_path / "glue"), "output_dir": tmp_path / "out"}
+    run_glue.run(flags(**options, **glue, do_eval=True, report_to="none"))
+    ((model, run_tokenizer),) = runs
+    assert model.config.max_position_embeddings == 32 and run_tokenizer.model_max_length == 32
+    for layer, saved in zip(model.gmlp.encoder.layer, checkpoint.gmlp.encoder.layer, strict=True):
+        weight, bias = layer.sgu.spatial_proj.weight.detach(), layer.sgu.spatial_proj.bias.detach()
+        assert torch.equal(weight[:, 16:47], saved.sgu.spatial_proj.weight)  # the Toeplitz offsets -15..15
+        assert torch.equal(bias[:, :16], saved.sgu.spatial_proj.bias)
+        assert torch.equal(bias[:, 16:], torch.ones(1, 16))
+    ids = tokenizer(GOOD + BAD, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(**ids).logits, checkpoint(**ids).logits)

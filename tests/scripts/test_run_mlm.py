@@ -151,7 +151,7 @@ def test_the_readme_gives_the_size_of_the_model_the_main_job_builds(tmp_path):
 BAD_INPUTS = {  # the flag changed -> what the error says
     "--train_file missing.txt": (
         {"--train_file": "missing.txt"},
-        "missing.txt' does not exist; check the --train_file path",
+        "missing.txt: no such file.",
     ),
     "--train_file train.docx": ({"--train_file": "train.docx"}, "unsupported extension 'docx'"),
     "--max_seq_length 64": (

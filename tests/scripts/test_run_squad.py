@@ -174,7 +174,7 @@ def test_postprocessing_picks_the_best_span_and_the_null_answer(tmp_path):
     ("content", "message"),
     [
         ({"version": "1.1"}, r"is not in SQuAD's format"),
-        (None, r"does not exist; check the --train_file path"),
+        (None, r"^--train_file \S*squad.json: no such file; --validation_file \S*squad.json: no such file\.$"),
     ],
 )
 def test_bad_squad_files_stop_early(tmp_path, tokenizer_dir, content, message):

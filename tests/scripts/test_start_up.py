@@ -2,11 +2,13 @@
 with --log_level info, not at the default WARNING); no warning of torch's that a CPU user cannot act on (the data
 loader pins memory where there is an accelerator, unless --dataloader_pin_memory says otherwise); and each warning of
 a failing Hub request once (huggingface_hub and datasets print through a handler of their own, which the root
-logger's handler must not repeat)."""
+logger's handler must not repeat); what the command line names that is not here, named at once, before any request
+to the Hub."""
 
 import json
 import logging
 import re
+import socket
 import subprocess
 import sys
 
@@ -89,3 +91,34 @@ def test_each_warning_of_a_failing_hub_request_is_printed_once(tmp_path):
     failures = [line for line in output.splitlines() if "thrown while requesting HEAD" in line]
     assert len(failures) == len(retries) + 1, output[-3000:]
     assert "Process rank" not in output  # at INFO: not shown at the default level, WARNING
+
+
+def test_what_is_not_here_is_named_at_once_without_a_request_to_the_hub(tmp_path):
+    """Online (HF_HUB_OFFLINE unset) with the Hub out of reach, as a fresh machine without network: the files and
+    folders that are not here, all of them, in one line (the tokenizer's folder, in a folder that is here); a name
+    that may be a Hub id is said to be taken for one. The Hub (HF_ENDPOINT) is a port that listens and never answers:
+    any request would connect to it."""
+    code = "import sys\nfrom gmlp.tasks.run_mlm import main\nsys.exit(main())"
+    (tmp_path / "tokenizers").mkdir()
+    arguments = ["--model_name_or_path", "some-user/gmlp-mlm", "--tokenizer_name", "tokenizers/tok"]
+    arguments += ["--train_file", "train.txt", "--validation_file", "valid.txt", "--do_train", "--do_eval"]
+    arguments += ["--output_dir", "out"]
+    with socket.create_server(("127.0.0.1", 0)) as hub:
+        hub_env = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{hub.getsockname()[1]}"}
+        hub_env |= {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_ETAG_TIMEOUT": "1", "HF_HUB_DOWNLOAD_TIMEOUT": "1"}
+        result = subprocess.run(
+            [sys.executable, "-c", code, *arguments],
+            cwd=tmp_path,
+            env=child_env() | hub_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        hub.setblocking(False)
+        with pytest.raises(BlockingIOError):  # no connection waits to be accepted
+            hub.accept()
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [
+        "error: --tokenizer_name tokenizers/tok: no such folder; --train_file train.txt: no such file; --validation_file valid.txt: no such file. (--model_name_or_path some-user/gmlp-mlm: not a folder here either, so taken for a Hub id.)"
+    ]
