@@ -153,8 +153,9 @@ class TextDataArguments:
 
 @dataclass
 class AnyDeviceTrainingArguments(TrainingArguments):
-    """`TrainingArguments` with `--overwrite_output_dir` (gone from Transformers 5), `--bf16` on the CPU without an
-    accelerator, a lower perplexity better, and (set by `parse_arguments`) memory pinned where there is an accelerator."""
+    """`TrainingArguments` with `--overwrite_output_dir` (gone from Transformers 5), `--bf16` and several processes
+    on the CPU without an accelerator, a lower perplexity better, and (set by `parse_arguments`) memory pinned where
+    there is an accelerator."""
 
     overwrite_output_dir: bool = HfArg(default=False, help="Start afresh: remove --output_dir's results, checkpoints.")
     dataloader_pin_memory: bool = HfArg(
@@ -165,6 +166,10 @@ class AnyDeviceTrainingArguments(TrainingArguments):
         bf16 = self.bf16 or self.bf16_full_eval
         if bf16 and not self.use_cpu and not transformers.utils.is_torch_bf16_gpu_available():
             logger.warning("--bf16 without an accelerator: running bf16 autocast on the CPU (--use_cpu added).")
+            self.use_cpu = True
+        # Under torchrun without GPUs, Transformers runs data-parallel (gloo) only when told to use the CPU. Told so by
+        # --use_cpu rather than by Accelerate's ACCELERATE_USE_CPU, which would also turn --deepspeed off.
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
             self.use_cpu = True
         metric = (self.metric_for_best_model or "").removeprefix("eval_")
         if self.greater_is_better is None and metric in LOWER_IS_BETTER:

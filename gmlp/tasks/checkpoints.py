@@ -32,6 +32,14 @@ def sharded_state(folder: Path, prefix: str) -> Path | None:
     return next((path for path in sorted(folder.glob(f"{prefix}_*")) if (path / ".metadata").is_file()), None)
 
 
+def deepspeed_state(folder: Path) -> Path | None:
+    """DeepSpeed's state in `folder` (the Trainer's --deepspeed: weights, optimizer and scheduler), if complete: the
+    `global_stepN` folder that its `latest` file names, which DeepSpeed writes once the state is saved."""
+    latest = folder / "latest"
+    state = folder / latest.read_text(encoding="utf-8", errors="replace").strip() if latest.is_file() else None
+    return state if state is not None and state.is_dir() else None
+
+
 def weights_problem(folder: Path) -> str | None:
     """Why the model weights in `folder` cannot be read, or None."""
     names = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "adapter_model.safetensors")
@@ -54,15 +62,18 @@ def weights_problem(folder: Path) -> str | None:
 
 def checkpoint_problem(folder: Path) -> str | None:
     """Why the checkpoint `folder` cannot be resumed from (a file a resume reads missing or unreadable), or None."""
-    if problem := weights_problem(folder):
+    deepspeed = deepspeed_state(folder)  # else the Trainer's own files hold the weights, optimizer and scheduler
+    if deepspeed is None and (problem := weights_problem(folder)):
         return problem
-    needed = [folder / "trainer_state.json", folder / "scheduler.pt"]
-    if sharded_state(folder, "optimizer") is None:  # else FSDP's sharded optimizer state
-        full = folder / "optimizer.bin"  # FSDP's full optimizer state (--fsdp with FULL_STATE_DICT)
-        needed.append(full if full.is_file() else folder / "optimizer.pt")
+    needed = [folder / "trainer_state.json"]
+    if deepspeed is None:
+        needed.append(folder / "scheduler.pt")
+        if sharded_state(folder, "optimizer") is None:  # else FSDP's sharded optimizer state
+            full = folder / "optimizer.bin"  # FSDP's full optimizer state (--fsdp with FULL_STATE_DICT)
+            needed.append(full if full.is_file() else folder / "optimizer.pt")
     if missing := next((path for path in needed if not path.is_file()), None):
         return f"{missing} is missing"
-    for path in sorted(folder.iterdir()):
+    for path in sorted([*folder.iterdir(), *(deepspeed.iterdir() if deepspeed else [])]):
         if path.suffix == ".json":
             try:
                 json.loads(path.read_text(encoding="utf-8"))

@@ -1,15 +1,20 @@
 """The checks before a run starts, of what would otherwise fail later (after training, or on another process)."""
 
 import difflib
+import importlib.util
 import os
 from pathlib import Path
 
+from accelerate.utils import parse_flag_from_env
 from huggingface_hub import get_token
 from huggingface_hub.constants import is_offline_mode
 from transformers.integrations import get_available_reporting_integrations
 
 from .checkpoints import earlier_run
 from .errors import ScriptError
+
+# What DeepSpeed reads to join its processes without MPI, and torchrun sets.
+LAUNCHER_ENVIRONMENT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def check_arguments(training_args, *, loads: list[str | None], no_predict: str | None = None) -> None:
@@ -35,17 +40,31 @@ def check_arguments(training_args, *, loads: list[str | None], no_predict: str |
 
 
 def check_processes(training_args) -> None:
-    """Refused: `--save_on_each_node` on several nodes, `--fsdp` and `--deepspeed` on the CPU."""
+    """Refused: `--save_on_each_node` on several nodes, `--fsdp` on the CPU, and `--deepspeed` where the Trainer
+    would not run it."""
     nodes = training_args.world_size // int(os.environ.get("LOCAL_WORLD_SIZE", training_args.world_size))
     if training_args.save_on_each_node and nodes > 1:
         raise ScriptError(
             f"--save_on_each_node on {nodes} nodes: Transformers saves the model's weights and config from the first process only, so the other nodes' checkpoints would lack them and could not be resumed. Drop --save_on_each_node and give every node the same --output_dir on a shared folder (a network file system): the first process writes each checkpoint there, and every node resumes from it."
         )
-    for flag, asked in (("--fsdp", training_args.fsdp_plugin_args), ("--deepspeed", training_args.deepspeed)):
-        if asked is not None and training_args.device.type == "cpu":
-            raise ScriptError(
-                f"{flag} needs accelerators: Accelerate turns it on only for GPU (and similar) runs, and on the CPU the run would silently be plain data-parallel (DDP). Drop {flag} on the CPU, or run on GPUs."
-            )
+    if training_args.fsdp_plugin_args is not None and training_args.device.type == "cpu":
+        raise ScriptError(
+            "--fsdp needs accelerators: Accelerate turns it on only for GPU (and similar) runs, and on the CPU the run would silently be plain data-parallel (DDP). Drop --fsdp on the CPU, or run on GPUs."
+        )
+    if training_args.deepspeed is not None:
+        check_deepspeed_launch()
+
+
+def check_deepspeed_launch() -> None:
+    """`--deepspeed` started where DeepSpeed runs: not under Accelerate's CPU switch, and by a launcher (or MPI)."""
+    if parse_flag_from_env("ACCELERATE_USE_CPU"):
+        raise ScriptError(
+            "--deepspeed with Accelerate's --cpu (ACCELERATE_USE_CPU, or use_cpu in its config): Accelerate then turns DeepSpeed off, and the run would silently train without it. Drop --cpu: started by `torchrun --nproc_per_node N` or `accelerate launch --multi_gpu --num_processes N`, DeepSpeed runs on the CPU too."
+        )
+    if not all(name in os.environ for name in LAUNCHER_ENVIRONMENT) and importlib.util.find_spec("mpi4py") is None:
+        raise ScriptError(
+            "--deepspeed needs a launcher: DeepSpeed finds its processes in the environment that torchrun gives them (or through MPI, with mpi4py installed). Start the script with `torchrun --nproc_per_node N` (N = 1 for one process), or `accelerate launch --multi_gpu --num_processes N`."
+        )
 
 
 def check_output_dir(training_args, loads: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""The side effects of starting a run: `start` (the environment, the arguments, logging), and after the checks
+"""The side effects of starting a run: `start` (the arguments, logging), and after the checks
 `prepare_run`."""
 
 import logging
@@ -8,7 +8,6 @@ import sys
 
 import datasets
 import huggingface_hub
-import torch
 import transformers
 
 from .arguments import ModelArguments, parse_arguments
@@ -21,10 +20,7 @@ REGIONAL = "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"
 
 
 def start(data_arguments: type, argv: list[str]) -> tuple:
-    """The environment set, `argv` parsed into the model's, `data_arguments` and the training arguments, logging on."""
-    # Under torchrun without GPUs, Transformers runs data-parallel (gloo) only when told to use the CPU.
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
-        os.environ.setdefault("ACCELERATE_USE_CPU", "true")
+    """`argv` parsed into the model's, `data_arguments` and the training arguments, logging on."""
     parsed = parse_arguments(ModelArguments, data_arguments, transformers.TrainingArguments, argv=argv)
     start_logging(parsed[-1])
     return parsed
@@ -54,8 +50,15 @@ def start_logging(training_args) -> None:
 
 
 def prepare_run(training_args, data_args=None) -> None:
-    """The seed; `--torch_compile`'s regional compiling and padding; `--overwrite_output_dir`'s earlier run removed."""
+    """The seed; DeepSpeed's processes joined; `--torch_compile`'s regional compiling and padding;
+    `--overwrite_output_dir`'s earlier run removed."""
     transformers.set_seed(training_args.seed)
+    if training_args.deepspeed:
+        # ZeRO-3 builds the model partitioned among DeepSpeed's processes (`zero.Init`), before the Trainer starts
+        # DeepSpeed: joined here (on GPUs Accelerate has done it; on the CPU, --use_cpu's gloo group is taken over).
+        import deepspeed  # TrainingArguments takes --deepspeed only with DeepSpeed installed
+
+        deepspeed.init_distributed()
     if training_args.torch_compile and REGIONAL not in os.environ:
         # Compiling the whole model grows with the depth (docs/benchmarks.md, "Compile once").
         os.environ[REGIONAL] = "true"

@@ -1,8 +1,8 @@
 """Several processes and the devices they run on: torchrun's two CPU processes train one run; a run that `accelerate
-launch` asked for several processes but started alone says so (and docs/scripts.md's command starts them); FSDP and
-DeepSpeed on the CPU are refused rather than silently run as DDP; --bf16 runs on a CPU; --torch_compile pads every
-example to one length and compiles each block once. (Two nodes: test_nodes.py; the evaluation's loss over two
-processes: test_evaluation.py.)"""
+launch` asked for several processes but started alone says so (and docs/scripts.md's command starts them); FSDP on
+the CPU is refused rather than silently run as DDP; --bf16 runs on a CPU; --torch_compile pads every example to one
+length and compiles each block once. (Two nodes: test_nodes.py; the evaluation's loss over two processes:
+test_evaluation.py; DeepSpeed: test_deepspeed.py.)"""
 
 import json
 import logging
@@ -127,22 +127,14 @@ def test_the_docs_accelerate_command_starts_two_processes_on_the_cpu(tokenizer_d
 
 
 # ---- engines and devices ----------------------------------------------------------------------------------------
-ENGINES = {
-    "fsdp": ["--fsdp", "full_shard auto_wrap", "--fsdp_config", '{"transformer_layer_cls_to_wrap": ["GMLPLayer"]}'],
-    "deepspeed": ["--deepspeed", '{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto"}'],
-}
+FSDP = ["--fsdp", "full_shard auto_wrap", "--fsdp_config", '{"transformer_layer_cls_to_wrap": ["GMLPLayer"]}']
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
-def test_sharding_engines_on_the_cpu_are_refused_rather_than_silently_run_as_ddp(engine, tokenizer_dir, tmp_path):
-    """Accelerate enables FSDP and DeepSpeed only for accelerator runs; on the CPU the Trainer would train plain DDP
-    under the flag (seen with torchrun, 2 processes), so the scripts refuse it with the reason."""
-    if engine == "deepspeed":
-        pytest.importorskip(
-            "deepspeed", reason="TrainingArguments reads a --deepspeed config only with DeepSpeed installed"
-        )
-    with pytest.raises(ScriptError, match=f"--{engine} needs accelerators.*silently be plain data-parallel"):
-        run_mlm.run(mlm_run(tokenizer_dir, tmp_path, *ENGINES[engine]))
+def test_fsdp_on_the_cpu_is_refused_rather_than_silently_run_as_ddp(tokenizer_dir, tmp_path):
+    """Accelerate enables FSDP only for accelerator runs; on the CPU the Trainer would train plain DDP under the flag
+    (seen with torchrun, 2 processes), so the scripts refuse it with the reason."""
+    with pytest.raises(ScriptError, match="--fsdp needs accelerators.*silently be plain data-parallel"):
+        run_mlm.run(mlm_run(tokenizer_dir, tmp_path, *FSDP))
     assert not (tmp_path / "out").exists()
 
 
