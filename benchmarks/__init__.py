@@ -1,2 +1,1 @@
-"""The project's benchmarks: `benchmarks.speed` (speed and memory) and `benchmarks.quality` (quality), with what
-they share in `benchmarks.common` and `benchmarks.baseline`."""
+"""The benchmarks: `benchmarks.speed` (speed and memory) and `benchmarks.quality`, sharing `benchmarks.common`."""

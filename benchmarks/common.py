@@ -21,15 +21,10 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SPECIAL_TOKEN_IDS = {"pad_token_id": 0, "cls_token_id": 2, "bos_token_id": 2, "sep_token_id": 3, "eos_token_id": 3}
 
 
-def num_parameters(model: torch.nn.Module) -> int:
-    """Unique parameters (tied weights once)."""
-    return model.num_parameters() if hasattr(model, "num_parameters") else sum(p.numel() for p in model.parameters())
-
-
 def parameters_of(build: Callable[[], torch.nn.Module]) -> int:
-    """The parameter count of the model `build()` makes, built on the meta device."""
+    """The parameter count (tied weights once) of the model `build()` makes, built on the meta device."""
     with torch.device("meta"):
-        return num_parameters(build())
+        return build().num_parameters()
 
 
 def fit_affine(count: Callable[[int], int], target: int, low: int, high: int) -> int:
@@ -50,18 +45,16 @@ def transformer_shape(like: dict, head_size: int = 64) -> dict:
 
 
 def with_matched_width(config_class, fields: dict, width: str, target_parameters: int, *, auto=AutoModelForMaskedLM):
-    """`config_class(**fields)`, its FFN width `width` (unless given) matching `target_parameters` in `auto`'s."""
-    if width not in fields:
-        low = fields.get("hidden_size", fields.get("n_embd"))
+    """`config_class(**fields)` with the FFN width `width` that matches `target_parameters` in `auto`'s."""
 
-        def count(size):
-            return parameters_of(lambda: auto.from_config(config_class(**fields | {width: size})))
+    def count(size):
+        return parameters_of(lambda: auto.from_config(config_class(**fields | {width: size})))
 
-        fields[width] = fit_affine(count, target_parameters, low, 2 * low)
-    return config_class(**fields)
+    low = fields["hidden_size"]
+    return config_class(**fields | {width: fit_affine(count, target_parameters, low, 2 * low)})
 
 
-def bert_config(like: dict, target_parameters: int | None = None, head_size: int = 64, **overrides) -> BertConfig:
+def bert_config(like: dict, target_parameters: int, head_size: int = 64, **overrides) -> BertConfig:
     """`BertForMaskedLM`'s config with the shape of gMLP's `like` and the FFN width that matches the count."""
     fields = {**transformer_shape(like, head_size), **overrides}
     return with_matched_width(BertConfig, fields, "intermediate_size", target_parameters)
@@ -76,24 +69,15 @@ def modernbert_config(like: dict, target_parameters: int, head_size: int = 64, *
 
 def gpt2_config(like: dict, target_parameters: int, head_size: int = 64) -> GPT2Config:
     """`GPT2LMHeadModel`'s config with the shape of gMLP's `like` and the FFN width that matches the count."""
-    fields = {
-        "vocab_size": like["vocab_size"],
-        "n_positions": like["max_position_embeddings"],
-        "n_embd": like["hidden_size"],
-        "n_layer": like["num_hidden_layers"],
-        "n_head": like["hidden_size"] // head_size,
-        "pad_token_id": 0,
-        "bos_token_id": None,
-        "eos_token_id": None,
-    }
+    fields = transformer_shape(like, head_size) | {"pad_token_id": 0, "bos_token_id": None, "eos_token_id": None}
     return with_matched_width(GPT2Config, fields, "n_inner", target_parameters, auto=AutoModelForCausalLM)
 
 
 def mlm_batch(
-    batch_size: int, length: int, vocab_size: int, device="cpu", mask_probability: float = 0.15, seed: int = 0
+    batch_size: int, length: int, vocab_size: int, device="cpu", mask_probability: float = 0.15
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random token ids (clear of the special tokens) and MLM labels at a `mask_probability` share of the positions."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(0)
     input_ids = torch.randint(5, vocab_size, (batch_size, length), generator=generator)
     labels = torch.full_like(input_ids, -100)
     labelled = torch.rand(batch_size, length, generator=generator) < mask_probability
@@ -177,13 +161,13 @@ def peak_added_mib(step: Callable, repeats: int, device="cpu") -> float:
     return (resident_kib("VmHWM") - before) / 1024
 
 
-def machine_info(device="cpu", threads: int | None = None) -> dict:
+def machine_info(device, threads: int) -> dict:
     """The processor (and GPU), thread count, versions and load at the start: the first line of every table."""
     models = [line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
     info = {
         "cpu": models[0].split(":", 1)[1].strip() if models else platform.processor(),
         "cores": os.cpu_count(),
-        "threads": threads or torch.get_num_threads(),
+        "threads": threads,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "load_average_at_start": os.getloadavg(),

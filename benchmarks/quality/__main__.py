@@ -24,7 +24,6 @@ from .context import MODELS, ROOT, Context
 from .finetuning import TASKS, prepare_splits
 from .parts import PARTS, collect
 
-# The range of each numeric option.
 RANGES = dict.fromkeys(["--max_steps", "--batch_size", "--long_steps", "--eval_steps"], Range(at_least=1))
 RANGES |= dict.fromkeys(["--max_eval_samples", "--sgu_steps", "--finetune_steps", "--jobs"], Range(at_least=1))
 RANGES |= dict.fromkeys(["--warmup_steps", "--long_warmup_steps"], Range(at_least=0))
@@ -110,9 +109,8 @@ def plot(results: dict, path: Path) -> None:
         (axes[0][2], "step", "train_loss_curves", "training loss"),
     ]
     for axis, x_label, key, title in panels:
-        for index, name in enumerate(results.get("pretrain") or results.get("search") or {}):
-            row = results.get("pretrain", {}).get(name)
-            if not row or (x_label == "minutes" and name not in times):
+        for index, (name, row) in enumerate(results.get("pretrain", {}).items()):
+            if x_label == "minutes" and name not in times:
                 continue
             scale = times[name]["train_step_seconds"] / 60 if x_label == "minutes" else 1
             for seed, curve in enumerate(row[key]):

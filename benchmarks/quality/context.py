@@ -94,9 +94,8 @@ def sgu_configs() -> dict:
         return GMLPConfig(**{**GMLP_TINY, "intermediate_size": 2 * (width // 2)})
 
     target, low = config_parameters(configs["multiplicative"]), GMLP_TINY["intermediate_size"]
-    configs["multiplicative_split, wider"] = split(
-        common.fit_affine(lambda w: config_parameters(split(w)), target, low, 2 * low)
-    )
+    width = common.fit_affine(lambda w: config_parameters(split(w)), target, low, 2 * low)
+    configs["multiplicative_split, wider"] = split(width)
     return configs
 
 
@@ -205,12 +204,9 @@ class Context:
     def prepare_tokenizer(self) -> None:
         """The tokenizer, trained once on the pretraining text (deterministic: a rebuild gives the same file)."""
         if not (self.tokenizer / "tokenizer_config.json").exists():
-            options = {
-                "train_files": self.wikitext / TRAIN_FILE,
-                "output_dir": self.tokenizer,
-                "model_max_length": 128,
-            }
-            self.script("-m gmlp.tokenization_gmlp", options | {"vocab_size": GMLP_TINY["vocab_size"]}, "tokenizer")
+            options = {"train_files": self.wikitext / TRAIN_FILE, "output_dir": self.tokenizer}
+            options |= {"model_max_length": 128, "vocab_size": GMLP_TINY["vocab_size"]}
+            self.script("-m gmlp.tokenization_gmlp", options, "tokenizer")
         if self.tokenizer_hash != RECORDS_TOKENIZER:
             message = f"  the tokenizer built here (sha256 {self.tokenizer_hash}...) is not the committed records' ({RECORDS_TOKENIZER}...; another version of tokenizers?): every run is made afresh for it"
             print(message, file=sys.stderr)

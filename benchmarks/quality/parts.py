@@ -110,12 +110,11 @@ def sgu_part(ctx: Context) -> dict:
 
     def row(name, config, row_recipe, **extra):
         runs = seed_runs(ctx, name, row_recipe, config)
-        fields = ("perplexity", "test_perplexity", "curve")
         return runs and {
             "parameters": config_parameters(config),
             "intermediate_size": config.intermediate_size,
             **extra,
-            **by_seed(runs, fields),
+            **by_seed(runs, ("perplexity", "test_perplexity", "curve")),
         }
 
     def variant(name):

@@ -134,12 +134,11 @@ def step_time_part(ctx: Context) -> dict:
         return record
     if ctx.args.report_only:
         raise MissingRun(name)
-    started = time.strftime("%Y-%m-%d %H:%M")
     record = {
         "kind": "step_time",
         "settings": settings,
         "allocator": f"glibc, mmap and trim thresholds {KEEP_FREED_MEMORY}",
-        "measured_at": started,
+        "measured_at": time.strftime("%Y-%m-%d %H:%M"),  # before the measurement
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}",
         "models": measure_step_times(ctx),
     }

@@ -21,13 +21,11 @@ PAPER_TABLE3 = {"linear": 5.14, "additive": 4.97, "multiplicative": 4.53, "multi
 PAPER_TABLE3 |= {"bert": 4.37, "modernbert": 4.26, "deberta-v2": 4.26}  # the Transformers
 LONG_CHANGE_STEPS = 1000  # the long runs' table: the perplexity's change over this many last steps (at most)
 UNIGRAM = "training-split frequencies, add-one"
-# name -> (title, the table, the results it needs: keys of quality.json, "part.key" for a key inside a part), in the
-# report's order
+# name -> (title, table, the results it needs: keys of quality.json, "part.key" inside a part), in the report's order
 SECTIONS = {}
 
 
 def section(title: str, *needs: str):
-
     def add(table):
         SECTIONS[table.__name__] = (title, table, needs)
         return table
@@ -213,12 +211,11 @@ def finetune_rate(results: dict) -> str:
     rates = sorted({float(rate) for row in sweep.values() for rate in row})
     rows = []
     for name, by_rate in sweep.items():
-        best = max(by_rate.values())
-        cells = {f"lr {rate:g}": by_rate.get(str(rate)) for rate in rates}
-        cells = {
-            k: "–" if v is None else f"{100 * v:.1f}" + (" (best)" if v == best else "") for k, v in cells.items()
-        }
-        rows.append({"model": name, **cells})
+        row, best = {"model": name}, max(by_rate.values())
+        for rate in rates:
+            value = by_rate.get(str(rate))
+            row[f"lr {rate:g}"] = "–" if value is None else f"{100 * value:.1f}" + (" (best)" if value == best else "")
+        rows.append(row)
     return markdown_table(rows)
 
 

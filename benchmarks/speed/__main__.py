@@ -35,7 +35,6 @@ SECTIONS = {
     "gpu": (None, gpu.render),  # rendered from its records: the GPU run (benchmarks/gpu_run.py) measures
 }
 DOCS = (ROOT / "docs" / "benchmarks.md",)
-# The range of each numeric option.
 RANGES = {"--threads": Range(at_least=1), "--rounds": Range(at_least=1), "--min-run-time": Range(at_least=0)}
 RANGES |= dict.fromkeys(["--lengths", "--scaling-tokens", "--scaling-layers", "--new-tokens"], Range(at_least=1))
 RANGES["--memory-lengths"] = Range(at_least=1)
@@ -102,11 +101,6 @@ def docs(text: str) -> str:
     return MARKED.sub(fill, text)
 
 
-def write(results: dict, output: Path) -> None:
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(results, indent=1, default=str))
-
-
 def run(argv) -> None:
     """The benchmarks the command line's arguments `argv` ask for, or (`--docs`) the tables from the results."""
     args = parse_args(argv)
@@ -118,8 +112,7 @@ def run(argv) -> None:
         return
     allocator = "glibc defaults" if args.system_malloc else set_malloc_thresholds(KEEP_FREED_MEMORY)
     torch.set_num_threads(args.threads)
-    if args.device.startswith("cuda"):
-        # Before CUDA starts: the largest batch that fits, found by trying, must not be cut short by fragmentation.
+    if args.device.startswith("cuda"):  # before CUDA starts
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     args.peak_flops = matmul_peak_flops(args.device)
     machine = machine_info(args.device, args.threads)
@@ -127,9 +120,9 @@ def run(argv) -> None:
     results = {"machine": machine, "flop_formulas": FLOP_FORMULAS, "command": sys.argv}
     for section in args.sections.split(","):
         print(f"running {section} ...", file=sys.stderr, flush=True)
-        args.save = lambda partial, section=section: write(results | {section: partial}, args.output)
         results[section] = SECTIONS[section][0](args)
-        write(results, args.output)
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(results, indent=1, default=str))
     text = markdown(results)
     args.output.with_suffix(".md").write_text(text)
     print(text)

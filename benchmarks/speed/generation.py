@@ -8,7 +8,7 @@ from transformers import GPT2LMHeadModel
 
 from gmlp import GMLPConfig, GMLPForCausalLM
 
-from ..common import gpt2_config, interleaved, num_parameters, paired_ratio, table, times
+from ..common import gpt2_config, interleaved, paired_ratio, table, times
 from .models import SMALL
 
 PROMPT_LENGTH = 16
@@ -27,11 +27,11 @@ def measure(args) -> dict:
     shape = {**SMALL, "max_position_embeddings": 512}  # the training tables' model with n = 512
     torch.manual_seed(0)
     gmlp = GMLPForCausalLM(GMLPConfig(**shape, is_decoder=True)).to(device).eval()
-    gpt2 = GPT2LMHeadModel(gpt2_config(shape, num_parameters(gmlp))).to(device).eval()
+    gpt2 = GPT2LMHeadModel(gpt2_config(shape, gmlp.num_parameters())).to(device).eval()
     new_tokens = args.new_tokens
     fixed = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False, "pad_token_id": 0}
     result = {
-        "parameters": {"gmlp": num_parameters(gmlp), "gpt2": num_parameters(gpt2)},
+        "parameters": {"gmlp": gmlp.num_parameters(), "gpt2": gpt2.num_parameters()},
         "prompt_length": PROMPT_LENGTH,
         "new_tokens": new_tokens,
         "batches": {},

@@ -94,9 +94,8 @@ def profile_tables(result: dict) -> dict[str, list[str]]:
         if "table" in row
         for line in (f"{name}:", "", "```", row["table"].rstrip(), "```", "")
     ]
-    return {"profile": [heading, "", *table([*headers, "largest (ms)"], body)]} | (
-        {"profile_tables": tables} if tables else {}
-    )
+    parts = {"profile": [heading, "", *table([*headers, "largest (ms)"], body)]}
+    return parts | ({"profile_tables": tables} if tables else {})
 
 
 def model_shape(m: dict) -> str:

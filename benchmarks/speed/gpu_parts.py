@@ -1,7 +1,6 @@
 """The GPU run's models and measurements (benchmarks/speed/gpu_stages.py runs them): gMLP with each spatial gating unit
-against BERT and ModernBERT at equal parameters, every model at one fixed batch, bf16; the training step or the
-encoder's forward of models timed side by side (`time_group`), one training step by the profiler's kernels
-(`kernel_profile`)."""
+against BERT and ModernBERT at equal parameters, every model at one fixed batch, bf16; training steps or encoder
+forwards timed side by side, one training step by the profiler's kernels."""
 
 import dataclasses
 import gc
@@ -20,7 +19,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from gmlp import GMLPConfig
 
 from .. import common
-from ..common import interleaved, mlm_batch, num_parameters, paired_ratio, peak_added_mib
+from ..common import interleaved, mlm_batch, paired_ratio, peak_added_mib
 from .models import forward_flops, in_precision, labelled_loss, labelled_positions, training_step_fn
 
 REFERENCE, MODERN = "BERT (sdpa)", "ModernBERT (sdpa)"
@@ -35,9 +34,8 @@ SIZES = {
 }
 # Matrix products: the kernels of cuBLAS (gemm, xmma, cutlass, nvjet) and of fused attention; aten's on the CPU.
 MATMULS = ("gemm", "xmma", "cutlass", "nvjet", "flash", "fmha", "attention", "aten::mm", "aten::addmm", "aten::bmm")
-# The gating unit's row kernels in a gMLP step: the hybrid's Triton kernels (kernels_gmlp.py), and inductor's kernels
-# that fuse GELU (in gMLP only the unit and the MLM head's transform apply it); on the CPU its ops. Its spatial
-# products are not counted.
+# The gating unit's row kernels in a gMLP step, not its spatial products: the hybrid's Triton kernels (kernels_gmlp.py)
+# and inductor's that fuse GELU (in gMLP only the unit and the MLM head's transform apply it); on the CPU its ops.
 GATING_ROWS = re.compile(r"gelu|gmlp::sgu|_gate_norm|_combine_kernel|_mixed_grad", re.IGNORECASE)
 
 
@@ -67,7 +65,7 @@ def describe(models: dict[str, torch.nn.Module]) -> dict[str, dict]:
     fields = {
         name: {key: getattr(model.config, field) for key, field in shape.items()} for name, model in models.items()
     }
-    return {name: {"parameters": num_parameters(model)} | fields[name] for name, model in models.items()}
+    return {name: {"parameters": model.num_parameters()} | fields[name] for name, model in models.items()}
 
 
 @dataclasses.dataclass
@@ -83,7 +81,6 @@ class Bench:
     datasheet: float | None
     min_run_time: float
     backend: str = "inductor"
-    rounds: int = ROUNDS
     optimizers: dict = dataclasses.field(default_factory=dict)
     compiled: dict = dataclasses.field(default_factory=dict)
 
@@ -95,7 +92,6 @@ class Bench:
             model.eval()
             step = partial(model.base_model, input_ids=input_ids)
         else:
-            model.train()
             step = training_step(model, self.optimizers[name], input_ids, labels)
         return in_precision(step, "bf16", self.device), labels
 
@@ -122,7 +118,6 @@ def training_step(model, optimizer, input_ids, labels):
 def make_optimizer(model, device):
     """Fused AdamW with its states made (a step at batch 1 and rate 0): a timed step allocates none."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True)
-    model.train()
     input_ids, labels = mlm_batch(1, model.config.max_position_embeddings, model.config.vocab_size, device, 0.5)
     in_precision(training_step(model, optimizer, input_ids, labels), "bf16", device)()
     optimizer.param_groups[0]["lr"] = 1e-4
@@ -158,7 +153,7 @@ def time_group(bench: Bench, task: str, modes: dict[str, str], save=None) -> lis
     try:
         with torch.inference_mode(task == "inference"):
             first = {name: first_call(step, bench.device) for name, step in cases.items()}
-            for _ in range(bench.rounds):
+            for _ in range(ROUNDS):
                 for name, seconds in interleaved(cases, 1, bench.min_run_time, warmup=0).items():
                     measured[name] += seconds
                 rows = [row(bench, name, modes[name], measured, flops[name], first[name]) for name in modes]
@@ -190,8 +185,7 @@ def row(bench: Bench, name: str, mode: str, measured: dict, flops: float, first:
 
 
 def by_kernel(profiler, on_gpu: bool, calls: int = 1) -> dict[str, dict]:
-    """The profiler's time by CUDA kernel (on the CPU: self time by operator) per call: ms and launches, largest
-    first."""
+    """The profiler's ms and launches a call by CUDA kernel (on the CPU: self time by operator), largest first."""
     events = [e for e in profiler.key_averages() if not on_gpu or e.device_type == DeviceType.CUDA]
     found = {e.key: (e.self_device_time_total if on_gpu else e.self_cpu_time_total, e.count) for e in events}
     ordered = sorted(((key, us, count) for key, (us, count) in found.items() if us), key=lambda item: -item[1])

@@ -121,8 +121,7 @@ def preflight(run: Stage) -> None:
 
 class Unit:
     """gMLP's spatial gating unit alone (the model's own module, `sgu_kernel` chosen, compiled or eager) on bf16 inputs
-    under autocast, W and b drawn away from their near-zero init; in inference (no_grad) or training (forward and the
-    backward to every input)."""
+    under autocast, W and b drawn away from their near-zero init; in inference or training (all inputs' gradients)."""
 
     def __init__(self, run: Stage, kernel: str, recompute: bool, compiled: bool = False, seed: int = 0):
         batch, length, width = run.spec["unit"]
@@ -301,15 +300,13 @@ def long(run: Stage) -> None:
 
 def long_rows(run: Stage, length: int, unit: str, overrides: dict, rows: dict) -> None:
     """gMLP with `unit` (and `overrides`) beside BERT at `length`, training then inference, saved after every round."""
-    models = gpu_parts.build(
-        run.size, run.device, [f"gmlp ({unit})", REFERENCE], max_position_embeddings=length, **overrides
-    )
+    names = [f"gmlp ({unit})", REFERENCE]
+    models = gpu_parts.build(run.size, run.device, names, max_position_embeddings=length, **overrides)
     bench = run.bench(models, batch=max(1, run.spec["long"][1] // length))
     rows |= {"batch": bench.batch, "models": gpu_parts.describe(models)}
     for task in ("training", "inference"):
-        timed = partial(
-            gpu_parts.time_group, bench, task, dict.fromkeys(models, "eager"), save=partial(run.keep, rows, task)
-        )
+        save = partial(run.keep, rows, task)
+        timed = partial(gpu_parts.time_group, bench, task, dict.fromkeys(models, "eager"), save=save)
         run.attempt(f"gmlp ({unit}) {task} {length}", timed)
 
 

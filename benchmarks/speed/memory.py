@@ -1,7 +1,7 @@
 """Peak memory on the CPU of an encoder step at long lengths (batch 1, n = the length), training and inference: gMLP
 and aMLP against BERT of equal parameter count. Each measurement runs alone in a fresh process (`python -m
 benchmarks.speed.memory SPEC`), every allocation of 128 KiB or more mapped on its own, so that the kernel's high-water
-mark follows the live tensors. On a GPU the gpu section measures each step's peak."""
+mark follows the live tensors. On a GPU the GPU run's step stage measures each step's peak (benchmarks/gpu_run.py)."""
 
 import json
 import subprocess

@@ -46,13 +46,9 @@ def matched_bert_config(shape: dict = SMALL, length: int | None = None, layers: 
     return config
 
 
-def hf_loss(model, input_ids, labels):
-    return model(input_ids=input_ids, labels=labels).loss
-
-
-def sparse_loss(model, input_ids, labels):
-    """gMLP / aMLP with logits at the labelled positions only (`sparse_prediction=True`)."""
-    return model(input_ids=input_ids, labels=labels, sparse_prediction=True).loss
+def hf_loss(model, input_ids, labels, **options):
+    """The model's own MLM loss (`options`: gMLP's `sparse_prediction=True`, logits at the labelled positions only)."""
+    return model(input_ids=input_ids, labels=labels, **options).loss
 
 
 def labelled_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,6 +91,7 @@ def training_cases(only: str | None = None) -> dict[str, TrainingCase]:
         return GMLPForMaskedLM(gmlp_config())
 
     no_dropout_bert = partial(bert, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    sparse_loss = partial(hf_loss, sparse_prediction=True)
     factories = {
         "gmlp (full logits)": (gmlp, hf_loss, "GMLPForMaskedLM, default output"),
         "gmlp sparse_prediction": (gmlp, sparse_loss, "GMLPForMaskedLM, sparse_prediction=True"),

@@ -9,7 +9,7 @@ from functools import partial
 import torch
 
 from .. import common
-from ..common import interleaved, mlm_batch, num_parameters, paired_ratio, peak_added_mib, percent, table, times
+from ..common import interleaved, mlm_batch, paired_ratio, peak_added_mib, percent, table, times
 from . import models
 from .memory import measure_in_fresh_process
 
@@ -30,22 +30,18 @@ def measure(args) -> dict:
     input_ids, labels = mlm_batch(models.BATCH_SIZE, length, models.SMALL["vocab_size"], device)
     steps = {name: models.training_step_fn(c.model.to(device), c.loss, input_ids, labels) for name, c in cases.items()}
     measured = interleaved(steps, args.rounds, args.min_run_time, warmup=2)
-    bert = models.matched_bert_config()
     tokens, labelled = input_ids.numel(), int((labels != -100).sum())
     rows = {}
     for name, case in cases.items():
         seconds = statistics.median(measured[name])
-        predicted = labelled if "sparse" in name else tokens
-        flops = 3 * models.forward_flops(
-            bert if "bert" in name.lower() else models.gmlp_config(), tokens, length, predicted
-        )
+        flops = 3 * models.forward_flops(case.model.config, tokens, length, labelled if "sparse" in name else tokens)
         if device.type == "cuda":
             memory = peak_added_mib(steps[name], repeats=3, device=device)
         else:
             memory = measure_in_fresh_process({"case": name}, args.threads)
         rows[name] = {
             "description": case.description,
-            "parameters": num_parameters(case.model),
+            "parameters": case.model.num_parameters(),
             "seconds_per_step": seconds,
             "tokens_per_second": tokens / seconds,
             "flops_per_step": flops,
@@ -54,7 +50,7 @@ def measure(args) -> dict:
             "times": measured[name],
             "peak_step_memory_mib": memory,
         }
-    return {"bert_intermediate_size": bert.intermediate_size, "rows": rows}
+    return {"bert_intermediate_size": cases["BertForMaskedLM"].model.config.intermediate_size, "rows": rows}
 
 
 def render(result: dict) -> dict[str, list[str]]:
@@ -96,9 +92,6 @@ def render(result: dict) -> dict[str, list[str]]:
     }
 
 
-OURS = ("gmlp sparse_prediction", "gmlp encoder")
-
-
 def measure_precision(args) -> dict:
     device = torch.device(args.device)
     peaks = {precision: common.matmul_peak_flops(device, dtype) for precision, dtype in models.PRECISIONS.items()}
@@ -108,27 +101,24 @@ def measure_precision(args) -> dict:
     input_ids, labels = mlm_batch(models.BATCH_SIZE, length, models.SMALL["vocab_size"], device)
     predicted = int((labels != -100).sum())
     steps, flops = {}, {}
-    configs = {"gmlp sparse_prediction": models.gmlp_config(), "BERT sparse logits": models.matched_bert_config()}
-    for name, config in configs.items():
+    for name in ("gmlp sparse_prediction", "BERT sparse logits"):
         model, loss = cases[name].model.to(device), cases[name].loss
-        flops[name] = 3 * models.forward_flops(config, input_ids.numel(), length, predicted)
+        flops[name] = 3 * models.forward_flops(model.config, input_ids.numel(), length, predicted)
         for mode in ("eager", "compiled"):
             step = models.training_step_fn(model, loss, input_ids, labels, compile_model=mode != "eager")
             for precision in models.PRECISIONS:
                 steps[(name, precision, mode)] = models.in_precision(step, precision, device)
     results["training"] = precision_rows(steps, flops, peaks, input_ids.numel(), args)
-    configs = {"gmlp encoder": models.gmlp_config(), "BERT encoder (sdpa)": models.matched_bert_config()}
     for batch_size, length in ((models.BATCH_SIZE, 128), (1, 512)):
         ids = torch.randint(5, models.SMALL["vocab_size"], (batch_size, length), device=device)
         steps, flops = {}, {}
         for name, kind in (("gmlp encoder", "gmlp"), ("BERT encoder (sdpa)", "BERT (sdpa)")):
             model = models.encoder(kind, length).to(device).eval()
-            flops[name] = models.forward_flops(configs[name], ids.numel(), length)
+            flops[name] = models.forward_flops(model.config, ids.numel(), length)
             for mode in ("eager", "compiled"):
-                forward = torch.compile(model) if mode == "compiled" else model
+                forward = partial(torch.compile(model) if mode == "compiled" else model, input_ids=ids)
                 for precision in models.PRECISIONS:
-                    step = partial(forward, input_ids=ids)
-                    steps[(name, precision, mode)] = models.in_precision(step, precision, device)
+                    steps[(name, precision, mode)] = models.in_precision(forward, precision, device)
         with torch.inference_mode():
             results["inference"][f"{batch_size}x{length}"] = precision_rows(steps, flops, peaks, ids.numel(), args)
     return results
@@ -150,7 +140,7 @@ def precision_rows(steps: dict, flops: dict, peaks: dict, tokens: int, args) -> 
         row = {"model": model, "precision": precision, "mode": mode, "tokens_per_second": tokens / seconds}
         row["mfu"] = flops[model] / seconds / peaks[precision]
         row["vs_fp32_eager"] = paired_ratio(measured, (model, precision, mode), (model, "fp32", "eager"))
-        if model in OURS:
+        if model.startswith("gmlp"):
             other = next(other for other in flops if other != model)
             row["vs_other_model"] = paired_ratio(measured, (model, precision, mode), (other, precision, mode))
         rows.append(row | {"first_call_seconds": first_call[(model, precision, mode)], "times": runs})
