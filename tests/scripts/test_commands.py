@@ -90,7 +90,7 @@ MISTAKES = {
     "speed: a section that does not exist": (
         "speed",
         "--sections training,trainig --output {tmp}/out/speed.json",
-        "Unknown sections trainig; choose from training, generation, precision, memory, scaling, padding_free, gpu. `--help` lists the options.",
+        "Unknown sections trainig; choose from training, generation, precision, memory, scaling, padding_free. `--help` lists the options.",
     ),
     "speed: a device there is not": (
         "speed",
