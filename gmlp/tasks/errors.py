@@ -4,6 +4,7 @@ converter, the pictures, the benchmarks): a `ScriptError`, printed by `main` as 
 library's command lines use it without the scripts' dependencies."""
 
 import argparse
+import gc
 import math
 import operator
 import sys
@@ -24,8 +25,21 @@ def script_main(run: Callable[[list[str]], object]) -> Callable[[list[str] | Non
         except ScriptError as error:
             print(f"error: {' '.join(str(error).splitlines())}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
+        end_processes()
 
     return main
+
+
+def end_processes() -> None:
+    """After a run of several processes, its process group destroyed while Python still runs. The Trainer's reference
+    cycles keep the model's DDP wrapper, and with it the group, until the interpreter exits; a gloo thread that frees
+    the last collective's tensors then finds Python finalising and aborts the process ("terminate called without an
+    active exception", at random, after the run's work is done). Collected first, the group's destruction waits for
+    its threads."""
+    distributed = sys.modules.get("torch.distributed")  # loaded by every run that has a group: none imported here
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        gc.collect()
+        distributed.destroy_process_group()
 
 
 class ParserErrors:

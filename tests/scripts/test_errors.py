@@ -95,6 +95,36 @@ def sources() -> list[Path]:
     return sorted(path for path in TASKS.rglob("*.py") if "metrics" not in path.parts)
 
 
+# A run that leaves its process group to the interpreter's exit: held by a reference cycle, as the Trainer's cycles hold
+# the model's DDP wrapper.
+RUN_WITH_A_GROUP = """
+import sys, weakref
+import torch.distributed as dist
+from gmlp.tasks.errors import script_main
+
+class Holder:
+    pass
+
+def run(argv):
+    global held
+    dist.init_process_group("gloo", init_method=argv[0], rank=0, world_size=1)
+    holder = Holder()
+    holder.cycle, holder.group = holder, dist.group.WORLD
+    held = weakref.ref(holder)
+
+script_main(run)(sys.argv[1:])
+print(dist.is_initialized(), held() is None)
+"""
+
+
+def test_a_run_ends_its_process_group_while_python_runs(tmp_path):
+    """A gloo thread that frees a collective's tensors while Python exits aborts the process at random ("terminate
+    called without an active exception"): a run's group is destroyed, what holds it collected, before `main` returns."""
+    result = python(tmp_path, "-c", RUN_WITH_A_GROUP, f"file://{tmp_path / 'store'}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True"]
+
+
 def test_every_error_the_scripts_raise_is_a_script_error():
     """`raise` of a new exception anywhere in gmlp/tasks is a ScriptError (the metrics' `evaluate` interface aside, a
     library's API); a bare `raise` or a variable passes an error on."""
