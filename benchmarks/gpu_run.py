@@ -35,6 +35,7 @@ STAGES = {"preflight": 30, "kernel_tests": 110, "unit": 100, "step": 170, "long"
 # The tests run on the device (the property test is one test of some 50 cases: no time limit per test).
 TESTS = {"kernel_tests": ["tests/model/test_sgu_kernels.py"], "paths_tests": ["tests/model/test_paths_property.py"]}
 STAGE_MODULE = "benchmarks.speed.gpu_stages"
+STAGE_FILES = ("unit", "step", "long")  # the stages that write a record of their own
 GRACE = 5  # seconds between a stage's SIGINT and its SIGKILL, both within its time
 OUTCOMES = {0: "ok", 124: "timed out (SIGINT)", 137: "timed out (killed)"}  # timeout's exit codes
 ERROR = re.compile(r"\b\w*(Error|Exception): \S")
@@ -223,6 +224,12 @@ def main(argv=None) -> int:
         found = entry.get("errors") or entry.get("failures") or "none"
         print(f"{stage}: {entry['outcome']} in {entry.get('seconds', 0)} s; errors: {found}")
     print(json.dumps({"auto_sgu_kernel": run.record["auto_sgu_kernel"]}, indent=1))
+    sys.path.insert(0, str(ROOT))  # run as a file, the driver has benchmarks/ on its path; the tables import torch
+    from benchmarks.speed import gpu
+
+    run.record["targets"] = gpu.run_targets({stage: json_file(args.out / f"{stage}.json") for stage in STAGE_FILES})
+    run.save()
+    print("\n".join(gpu.render_targets(run.record["targets"])["table"]))
     return 0
 
 

@@ -33,6 +33,7 @@ SECTIONS = {
     "scaling": (scaling.measure, scaling.render),
     "padding_free": (padding_free.measure, padding_free.render),
     "gpu": (None, gpu.render),  # rendered from its records: the GPU run (benchmarks/gpu_run.py) measures
+    "targets": (None, gpu.render_targets),  # the GPU run's targets (gpu_run.json)
 }
 DOCS = (ROOT / "docs" / "benchmarks.md",)
 RANGES = {"--threads": Range(at_least=1), "--rounds": Range(at_least=1), "--min-run-time": Range(at_least=0)}

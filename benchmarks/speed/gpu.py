@@ -1,7 +1,6 @@
-"""The GPU section's tables (docs/benchmarks.md#on-a-cuda-gpu), rendered from the GPU records up to 2026-11-28
-(results/speed_gpu_*.json): gMLP-base with each spatial gating unit and with PyTorch's keeping its activations, against
-BERT and ModernBERT at equal parameters and at their stock shapes. The GPU run (benchmarks/gpu_run.py) measures now;
-its step stage writes its section in this form, so that these tables render its record too."""
+"""The GPU section's tables (docs/benchmarks.md#on-a-cuda-gpu), rendered from the GPU records (results/speed_gpu_*.json
+up to 2026-11-28, then the GPU run's step stage, which writes its section in their form): gMLP-base with each gating
+unit against BERT and ModernBERT at equal parameters and at their stock shapes; and the GPU run's targets."""
 
 from ..common import percent, table, times
 from . import scaling
@@ -48,6 +47,45 @@ def targets(result: dict) -> list[str]:
         default = times(min(at_4096.values()) / at_4096["Toeplitz default"])
         rows.append(["gMLP's default spatial path vs its fastest at 4,096 tokens", default, "1.00x"])
     return table(["target (bf16)", "measured", "goal"], rows)
+
+
+# Issue 61's goals: bf16, equal parameters and shape; training and inference compiled (the hybrid eager where its
+# compiled step failed), the long inputs eager.
+RUN_GOALS = {"training": {REFERENCE: 1.30, MODERN: 1.15}, "mfu": 0.35, "inference": 1.10, "kept": 1.03, "long": 1.50}
+
+
+def run_targets(stages: dict[str, dict]) -> list[list[str]]:
+    """Issue 61's targets (target, measured, goal, met) off the GPU run's records (`stages`: "unit", "step", "long" ->
+    its JSON): each gMLP's training step against BERT and ModernBERT and its MFU, inference against BERT and training
+    at 16,384 tokens against BERT; the unit keeping its activations against the memory-lean default (the unit alone)."""
+    rows = []
+
+    def add(target: str, value: float | None, goal: float, format, most: bool = False) -> None:
+        met = "–" if value is None else "yes" if (value <= goal if most else value >= goal) else "no"
+        rows.append([target, optional(value, format), f"{'≤' if most else '≥'} {format(goal)}", met])
+
+    step = stages.get("step", {}).get("gpu", {})
+    for row in (row for row in step.get("training", []) if row["model"].startswith("gmlp")):
+        model, mode, versus = row["model"], row["mode"], row.get("versus", {})
+        for name, goal in RUN_GOALS["training"].items():
+            add(f"{model} training vs {name}, {mode}", versus.get(name), goal, times)
+        add(f"{model} training MFU, {mode} (datasheet peak)", row.get("mfu_datasheet_peak"), RUN_GOALS["mfu"], percent)
+    for row in (row for row in step.get("inference", []) if row["model"].startswith("gmlp")):
+        versus = row.get("versus", {}).get(REFERENCE)
+        add(f"{row['model']} inference vs {REFERENCE}, {row['mode']}", versus, RUN_GOALS["inference"], times)
+    for row in (row for row in stages.get("unit", {}).get("gpu", {}).get("training", []) if KEPT in row["model"]):
+        target = f"{row['model']} vs the memory-lean default, the unit alone, training {row['mode']}"
+        add(target, row.get("versus_torch"), RUN_GOALS["kept"], times, most=True)
+    for group in stages.get("long", {}).get("gpu", {}).get("16384", {}).values():
+        for row in (row for row in group.get("training", []) if row["model"].startswith("gmlp")):
+            target = f"{row['model']} training at 16,384 tokens vs {REFERENCE}, {row['mode']}"
+            add(target, row.get("versus", {}).get(REFERENCE), RUN_GOALS["long"], times)
+    return rows
+
+
+def render_targets(rows: list[list[str]]) -> dict[str, list[str]]:
+    """gpu_run.json's targets as a table (docs: `<!-- table gpu_run_DATE.json targets.table -->`)."""
+    return {"table": table(["target (bf16)", "measured", "goal", "met"], rows)}
 
 
 def timing_table(rows: list[dict]) -> list[str]:

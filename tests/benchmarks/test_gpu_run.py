@@ -4,8 +4,9 @@ fails; each stage writes its file as it goes and a failing stage is recorded whi
 wrong is left out of the later stages and the long stage takes the unit the step found faster; a stage stopped at
 its limit keeps its output; pytest's report survives an interrupt; AUTO_SGU_KERNEL's entries come from the records;
 the wheel list is pinned within the project's requirements and, where downloaded, fits; and (end to end) the whole
-call rehearses on the CPU. No test depends on the machine's speed: every limit is minutes above what it guards, and
-the limit one test meets on purpose stops a process that would otherwise wait ten minutes."""
+call rehearses on the CPU, its targets read off its records. No test depends on the machine's speed: every limit is
+minutes above what it guards, and the limit one test meets on purpose stops a process that would otherwise wait ten
+minutes."""
 
 import json
 import re
@@ -28,7 +29,6 @@ START = 120  # the machine's start, at most
 INSTALL = 20  # the command's first part, pip installing the wheels (seconds, with margin)
 FILES_BACK = 8  # what comes back from $OUT: at most 8 files
 WHEELS_MIB = 40  # what the wheels may weigh (64 MiB travel in all, the working tree with them)
-STAGE_FILES = ("unit", "step", "long")
 
 
 def documented_call() -> dict:
@@ -140,9 +140,9 @@ def test_each_stage_writes_its_file_as_it_goes_and_a_failing_stage_does_not_stop
     assert record["stages"]["step"]["errors"] == {"inference": "planted"}
     assert (record["stages"]["kernel_tests"]["tests"], record["stages"]["kernel_tests"]["failures"]) == (1, 0)
     assert (record["stages"]["paths_tests"]["tests"], record["stages"]["paths_tests"]["failures"]) == (1, 1)
-    written = {stage: json.loads((out / f"{stage}.json").read_text()) for stage in STAGE_FILES}
-    for i, stage in enumerate(STAGE_FILES):  # every earlier stage's file was there when this one started
-        assert {f"{earlier}.json" for earlier in STAGE_FILES[:i]} | {"kernel_tests.xml"} <= set(
+    written = {stage: json.loads((out / f"{stage}.json").read_text()) for stage in gpu_run.STAGE_FILES}
+    for i, stage in enumerate(gpu_run.STAGE_FILES):  # every earlier stage's file was there when this one started
+        assert {f"{earlier}.json" for earlier in gpu_run.STAGE_FILES[:i]} | {"kernel_tests.xml"} <= set(
             written[stage]["found"]
         )
     assert written["unit"]["kernels"] == "triton,torch"
@@ -346,3 +346,5 @@ def test_the_whole_call_rehearses_on_the_cpu(tmp_path, monkeypatch):
     for rows in (rows for groups in long["gpu"].values() for rows in groups.values()):
         assert [row["model"] for row in rows["training"]] == [row["model"] for row in rows["inference"]]
     assert len(record["auto_sgu_kernel"]) == 4
+    measured = {row[0]: row[1] for row in record["targets"]}  # no 16,384 tokens here; no datasheet for a CPU
+    assert len(measured) == 10 and all(value != "–" for target, value in measured.items() if "MFU" not in target)

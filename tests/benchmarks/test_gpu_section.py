@@ -12,6 +12,7 @@ import torch
 from transformers import AutoModelForMaskedLM, BertConfig
 
 from benchmarks.common import bert_config, mlm_batch, modernbert_config
+from benchmarks.speed import __main__ as speed_main
 from benchmarks.speed import gpu, gpu_parts, gpu_stages, models
 from gmlp import GMLPConfig
 
@@ -255,3 +256,49 @@ def test_the_targets_are_read_off_the_rows():
         ("1.00x", "1.00x"),
     ]  # fmt: skip
     assert next(iter(cells)) == "gmlp (triton) training vs BERT (sdpa), compiled, paired"
+
+
+def test_the_runs_targets_are_issue_61s_goals_read_off_its_stage_records(tmp_path, monkeypatch):
+    """Each gMLP row of the step (training against BERT and ModernBERT with its datasheet MFU, inference against BERT),
+    the kept-activations unit against the memory-lean one, and gMLP at 16,384 tokens against BERT, each against its
+    goal, with whether it is met; the other models' rows, the lean unit's own and shorter long inputs left out; and a
+    docs marker on gpu_run.json's targets renders them."""
+
+    def row(model, mode, versus, **more):
+        return {"model": model, "mode": mode, "versus": versus} | more
+
+    step = {
+        "training": [
+            row("gmlp (torch)", "compiled", {gpu.REFERENCE: 1.31, gpu.MODERN: 1.1}, mfu_datasheet_peak=0.36),
+            row("gmlp (triton)", "eager", {gpu.REFERENCE: 1.2}, mfu_datasheet_peak=None),
+            row(gpu.REFERENCE, "compiled", {"gmlp (torch)": 0.76}, mfu_datasheet_peak=0.5),
+        ],
+        "inference": [row("gmlp (torch)", "compiled", {gpu.REFERENCE: 1.05})],
+    }
+    unit = [row("gmlp (torch)", "compiled", {}, versus_torch=1.0)]
+    unit.append(row(f"gmlp (torch){gpu.KEPT}", "compiled", {}, versus_torch=1.02))
+    long = {
+        length: {"gmlp (torch)": {"training": [row("gmlp (torch)", "eager", {gpu.REFERENCE: speedup})]}}
+        for length, speedup in (("8192", 1.7), ("16384", 1.4))
+    }
+    rows = gpu.run_targets({"step": {"gpu": step}, "unit": {"gpu": {"training": unit}}, "long": {"gpu": long}})
+    assert rows == [
+        ["gmlp (torch) training vs BERT (sdpa), compiled", "1.31x", "≥ 1.30x", "yes"],
+        ["gmlp (torch) training vs ModernBERT (sdpa), compiled", "1.10x", "≥ 1.15x", "no"],
+        ["gmlp (torch) training MFU, compiled (datasheet peak)", "36%", "≥ 35%", "yes"],
+        ["gmlp (triton) training vs BERT (sdpa), eager", "1.20x", "≥ 1.30x", "no"],
+        ["gmlp (triton) training vs ModernBERT (sdpa), eager", "–", "≥ 1.15x", "–"],
+        ["gmlp (triton) training MFU, eager (datasheet peak)", "–", "≥ 35%", "–"],
+        ["gmlp (torch) inference vs BERT (sdpa), compiled", "1.05x", "≥ 1.10x", "no"],
+        [f"gmlp (torch){gpu.KEPT} vs the memory-lean default, the unit alone, training compiled", "1.02x", "≤ 1.03x",
+         "yes"],
+        ["gmlp (torch) training at 16,384 tokens vs BERT (sdpa), eager", "1.40x", "≥ 1.50x", "no"],
+    ]  # fmt: skip
+    assert gpu.run_targets({}) == []
+    (tmp_path / "gpu_run_2027-01-02.json").write_text(json.dumps({"targets": rows}))
+    monkeypatch.setattr(speed_main, "RESULTS_DIR", tmp_path)
+    page = "<!-- table gpu_run_2027-01-02.json targets.table -->\nold\n<!-- end table -->\n"
+    lines = speed_main.docs(page).splitlines()
+    assert [cell.strip() for cell in lines[1].split("|")[1:-1]] == ["target (bf16)", "measured", "goal", "met"]
+    assert len(lines) == 1 + 2 + len(rows) + 2 and lines[-1] == "<!-- end table -->"
+    assert [line.split("|")[4].strip() for line in lines[3:-2]] == [found[3] for found in rows]
