@@ -193,7 +193,9 @@ def test_a_stage_gets_the_time_its_later_stages_leave(tmp_path, monkeypatch):
 
 def test_pytest_interrupted_still_writes_its_report(tmp_path):
     """The tests' counts come from pytest's JUnit XML, which it writes when interrupted (SIGINT) too."""
-    interrupt = f"import os, signal\ndef test_interrupted():\n    os.kill(os.getpid(), signal.{signal.SIGINT.name})\n"
+    # raise_signal handles the signal before it returns, in this thread: os.kill's could reach another thread and be
+    # handled later, after pytest counted the test
+    interrupt = f"import signal\ndef test_interrupted():\n    signal.raise_signal(signal.{signal.SIGINT.name})\n"
     (tmp_path / "test_planted.py").write_text(PLANTED_TESTS["test_fails.py"] + interrupt)
     report = tmp_path / "report.xml"
     pytest_ = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
