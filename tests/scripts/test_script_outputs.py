@@ -231,7 +231,7 @@ def test_the_deploy_docs_tokenizer_line_loads_without_asking_to_run_code(tokeniz
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
     )
     output = run.stdout + run.stderr
