@@ -192,16 +192,16 @@ def test_a_stage_gets_the_time_its_later_stages_leave(tmp_path, monkeypatch):
 
 
 def test_pytest_interrupted_still_writes_its_report(tmp_path):
-    """The tests' counts come from pytest's JUnit XML, which it writes when interrupted (SIGINT) too."""
-    # raise_signal handles the signal before it returns, in this thread: os.kill's could reach another thread and be
-    # handled later, after pytest counted the test
+    """The tests' counts come from pytest's JUnit XML, which it writes when interrupted (SIGINT) too. Launched as the
+    run launches a stage: under `timeout`, which gives it SIGINT's default action even where its parent ignores SIGINT
+    (as a shell without job control makes a background command do)."""
     interrupt = f"import signal\ndef test_interrupted():\n    signal.raise_signal(signal.{signal.SIGINT.name})\n"
     (tmp_path / "test_planted.py").write_text(PLANTED_TESTS["test_fails.py"] + interrupt)
     report = tmp_path / "report.xml"
     pytest_ = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
-    subprocess.run(
-        [*pytest_, "--rootdir", str(tmp_path), str(tmp_path / "test_planted.py")], check=False, capture_output=True
-    )
+    run = gpu_run.Run(tmp_path / "out", {"tests": 600})
+    entry = run.run("tests", [*pytest_, "--rootdir", str(tmp_path), str(tmp_path / "test_planted.py")], env=None)
+    assert entry["outcome"] == "failed (2)"  # pytest's status when interrupted
     assert gpu_run.junit_summary(report) == {"tests": 1, "failures": 1, "errors": 0, "skipped": 0}
     assert gpu_run.junit_summary(tmp_path / "missing.xml") == {"report": "none (FileNotFoundError)"}
 
