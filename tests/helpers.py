@@ -234,9 +234,12 @@ def child_env(*paths: Path) -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": "1"}
 
 
-def python(cwd, *arguments, timeout: int = 300, paths: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
-    """A fresh interpreter run with `arguments` in `cwd` (`child_env(*paths)`), its output captured."""
-    command = [sys.executable, *map(str, arguments)]
+def python(
+    cwd, *arguments, timeout: int = 300, paths: tuple[Path, ...] = (), env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """A fresh interpreter run with `arguments` in `cwd` (`child_env(*paths)`, updated with `env`), its output
+    captured."""
+    command, environment = [sys.executable, *map(str, arguments)], child_env(*paths) | (env or {})
     return subprocess.run(
-        command, cwd=cwd, env=child_env(*paths), capture_output=True, text=True, timeout=timeout, check=False
+        command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout, check=False
     )

@@ -9,14 +9,12 @@ import json
 import logging
 import re
 import socket
-import subprocess
-import sys
 
 import datasets
 import pytest
 import torch
 import transformers
-from helpers import child_env, free_port, write
+from helpers import free_port, python, write
 from script_runs import mlm_run
 from transformers import TrainingArguments
 
@@ -74,15 +72,7 @@ def test_each_warning_of_a_failing_hub_request_is_printed_once(tmp_path):
     code = "import sys, time\ntime.sleep = lambda seconds: None\nfrom gmlp.tasks.run_mlm import main\nsys.exit(main())"
     hub = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HOME": str(tmp_path / "hf")}
     arguments = ["--model_name_or_path", "some-user/some-model", "--output_dir", str(tmp_path / "out"), "--do_eval"]
-    result = subprocess.run(
-        [sys.executable, "-c", code, *arguments],
-        cwd=tmp_path,
-        env=child_env() | hub,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = python(tmp_path, "-c", code, *arguments, env=hub)
     output = result.stdout + result.stderr
     assert result.returncode == 2, output[-3000:]
     assert "the Hub could not be reached" in result.stderr.splitlines()[-1]
@@ -106,15 +96,7 @@ def test_what_is_not_here_is_named_at_once_without_a_request_to_the_hub(tmp_path
     with socket.create_server(("127.0.0.1", 0)) as hub:
         hub_env = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{hub.getsockname()[1]}"}
         hub_env |= {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_ETAG_TIMEOUT": "1", "HF_HUB_DOWNLOAD_TIMEOUT": "1"}
-        result = subprocess.run(
-            [sys.executable, "-c", code, *arguments],
-            cwd=tmp_path,
-            env=child_env() | hub_env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        result = python(tmp_path, "-c", code, *arguments, env=hub_env)
         hub.setblocking(False)
         with pytest.raises(BlockingIOError):  # no connection waits to be accepted
             hub.accept()
