@@ -162,12 +162,12 @@ def speeds(record: dict, section: str, mode: str) -> dict[str, float]:
     return {units[row["model"]]: row["tokens_per_second"] for row in rows}
 
 
-def auto_entries(out: Path, date: str, device_type: str) -> list[dict]:
-    """For each mode of AUTO_SGU_KERNEL whose record has gMLP with both units: its key, the faster unit, the hybrid's
-    speed over PyTorch's, and the record as the table names it (the stage's file copied to benchmarks/results/)."""
+def auto_entries(records: dict[str, dict], date: str, device_type: str) -> list[dict]:
+    """Each mode of AUTO_SGU_KERNEL whose record (`records`: stage -> JSON) has gMLP with both units: its key, the
+    faster unit, the hybrid's speed over PyTorch's, the record as the table names it (its benchmarks/results/ file)."""
     entries = []
     for (training, compiled), (stage, section, mode) in AUTO_RECORDS.items():
-        if len(speed := speeds(json_file(out / f"{stage}.json"), section, mode)) == 2:
+        if len(speed := speeds(records.get(stage, {}), section, mode)) == 2:
             record = [f"benchmarks/results/gpu_run_{date}_{stage}.json", section, mode]
             entry = {"key": [device_type, training, compiled], "faster": max(speed, key=speed.get), "record": record}
             entries.append(entry | {"hybrid_speedup": speed["triton"] / speed["torch"]})
@@ -217,7 +217,8 @@ def main(argv=None) -> int:
             run.record["hybrid_left_out"] = written.get("check") or written.get("errors") or "no unit record"
             kernels.remove("triton")
         run.save()
-    run.record["auto_sgu_kernel"] = auto_entries(args.out, run.record["date"], args.device.split(":")[0])
+    records = {stage: json_file(args.out / f"{stage}.json") for stage in STAGE_FILES}
+    run.record["auto_sgu_kernel"] = auto_entries(records, run.record["date"], args.device.split(":")[0])
     run.record["seconds"] = round(sum(run.budgets.values()) - (run.end - time.monotonic()), 1)
     run.save()
     for stage, entry in run.record["stages"].items():
@@ -227,7 +228,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))  # run as a file, the driver has benchmarks/ on its path; the tables import torch
     from benchmarks.speed import gpu
 
-    run.record["targets"] = gpu.run_targets({stage: json_file(args.out / f"{stage}.json") for stage in STAGE_FILES})
+    run.record["targets"] = gpu.run_targets(records)
     run.save()
     print("\n".join(gpu.render_targets(run.record["targets"])["table"]))
     return 0

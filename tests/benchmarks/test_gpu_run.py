@@ -243,7 +243,7 @@ def test_auto_sgu_kernel_entries_are_read_off_the_records(tmp_path):
     unit = {"gpu": {"training": rows("eager", 1.0, 2.0), "inference": rows("compiled", 1.0, 2.0)}}  # no eager row
     (tmp_path / "step.json").write_text(json.dumps(step))
     (tmp_path / "unit.json").write_text(json.dumps(unit))
-    entries = gpu_run.auto_entries(tmp_path, "2027-01-02", "cuda")
+    entries = gpu_run.auto_entries({"step": step, "unit": unit}, "2027-01-02", "cuda")
     found = {tuple(entry["key"]): (entry["faster"], entry["hybrid_speedup"]) for entry in entries}
     assert found == {("cuda", True, True): ("triton", 1.5), ("cuda", False, True): ("torch", 0.75)} | {
         ("cuda", True, False): ("triton", 2.0)
